@@ -84,27 +84,50 @@ def _block_size(v: int) -> int:
 
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """[b, v] logits -> [b, 1] tokens drawn from softmax(logits), by inverting the CDF with one uniform per row.
-
-    Two levels (a block of tokens, then a token inside it) keep every cumulative sum short and in float64,
-    so the draw is exact to rounding while touching the [b, v] probabilities only twice.
-    """
+    """[b, v] logits -> [b, 1] tokens drawn from softmax(logits), by inverting the CDF with one uniform per row."""
     # OAI lm_human_preferences/utils/core.py: sample_from_logits (a plain categorical draw). One uniform per
     # row replaces torch.multinomial's per-category randomness: the same distribution, many times faster on CPU.
-    probs = torch.softmax(_at_least_fp32(logits), dim=-1)  # [b, v]
-    b, v = probs.shape
+    return sample_from_weights(torch.softmax(_at_least_fp32(logits), dim=-1), generator)
+
+
+def sample_from_weights(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[b, v] non-negative weights (probabilities up to a factor per row) -> [b, 1] tokens drawn in proportion.
+
+    Two levels (a block of tokens, then a token inside it) keep every cumulative sum short and in float64,
+    so the draw is exact to rounding while reading the [b, v] weights only about twice.
+    """
+    b, v = weights.shape
     block = _block_size(v)
     n_blocks = -(-v // block)
-    if n_blocks * block != v:  # no divisor in range: pad with zero-probability tokens
-        probs = F.pad(probs, (0, n_blocks * block - v))
-    blocks = probs.view(b, n_blocks, block)  # [b, n_blocks, block]
+    if n_blocks * block != v:  # no divisor in range: pad with zero-weight tokens
+        weights = F.pad(weights, (0, n_blocks * block - v))
+    blocks = weights.view(b, n_blocks, block)  # [b, n_blocks, block]
     block_cdf = blocks.sum(-1).double().cumsum(-1)  # [b, n_blocks]
-    u = torch.rand(b, 1, dtype=torch.float64, device=logits.device, generator=generator) * block_cdf[:, -1:]
+    u = torch.rand(b, 1, dtype=torch.float64, device=weights.device, generator=generator) * block_cdf[:, -1:]
     k = torch.searchsorted(block_cdf, u, right=True).clamp_(max=n_blocks - 1)  # [b, 1] chosen block
     before = torch.where(k > 0, block_cdf.gather(1, (k - 1).clamp(min=0)), torch.zeros_like(u))  # mass of earlier blocks
     inner_cdf = blocks.gather(1, k[:, :, None].expand(b, 1, block)).squeeze(1).double().cumsum(-1)  # [b, block]
     j = torch.searchsorted(inner_cdf, u - before, right=True).clamp_(max=block - 1)  # [b, 1] token in the block
     return (k * block + j).clamp_(max=v - 1)
+
+
+def sample_step(h: torch.Tensor, weight: torch.Tensor, temperature: float,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[b, d] hidden states, [V, d] LM head -> ([b, 1] tokens drawn from softmax(h @ W.T / T), [b, 1] their log-probs).
+
+    The same draw and log-prob as `sample_categorical` and `logprobs_from_logits` on the scaled logits, in four
+    passes over the [b, V] logits instead of about ten: exp(logits - max) is both the sampling weight and the
+    log-sum-exp's summand.
+    """
+    # OAI lm_human_preferences/policy.py: respond_op (logits / temperature, sample, logprob of the sample)
+    h = h / temperature  # (h / T) @ W.T: the division touches [b, d], not [b, V]
+    logits = _at_least_fp32(h @ weight.t())  # [b, V]
+    m = logits.amax(dim=-1, keepdim=True)  # [b, 1]
+    weights = logits.sub_(m).exp_()  # [b, V] exp(logits - max), in place
+    token = sample_from_weights(weights, generator)  # [b, 1]
+    # log-prob = logit - max - log(sum exp(logit - max)); the logit recomputed from h exactly
+    logit = torch.einsum("bd,bd->b", _at_least_fp32(h), _at_least_fp32(weight[token.squeeze(1)]))[:, None]
+    return token, logit - m - weights.sum(dim=-1, keepdim=True).log()
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -278,12 +301,17 @@ class Policy(LMWithHead):
         h = torch.gather(out.last_hidden_state, 1, last_real_indices(mask)[:, -1:, None].expand(-1, 1, out.last_hidden_state.shape[-1]))
         next_position = mask.sum(1, keepdim=True)  # [b, 1]: real tokens so far
         attn = mask.long()
+        head = self.lm.get_output_embeddings()
         responses, logprobs, values = [], [], []
         for step in range(length):
-            logits = self.lm_logits(h[:, -1]) / self.temperature  # [b, n_vocab], float32
-            token = sample_categorical(logits, generator)  # [b, 1]
+            if getattr(head, "bias", None) is None:  # GPT-2's tied head; B5: the real tokens only
+                token, logprob = sample_step(h[:, -1], head.weight[: self.n_vocab], self.temperature, generator)
+            else:  # an LM head with a bias: the plain computation
+                logits = self.lm_logits(h[:, -1]) / self.temperature  # [b, n_vocab], float32
+                token = sample_categorical(logits, generator)  # [b, 1]
+                logprob = logprobs_from_logits(logits[:, None], token)  # [b, 1]
             responses.append(token)
-            logprobs.append(logprobs_from_logits(logits[:, None], token))  # [b, 1]
+            logprobs.append(logprob)
             values.append(self.head(h[:, -1]).float())
             if step == length - 1:
                 break

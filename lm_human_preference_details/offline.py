@@ -29,7 +29,7 @@ import torch
 from lm_human_preference_details.cli import atomic_path
 from lm_human_preference_details.tokens import OAI_PAD
 
-VERSION = "offline-v2"
+VERSION = "offline-v3"
 POSITIVE = {"wonderful": 1.0, "lovely": 0.95, "happy": 0.9, "cheerful": 0.85, "bright": 0.8, "sunny": 0.75,
             "warm": 0.7, "kind": 0.65, "gentle": 0.6, "calm": 0.55}
 NEGATIVE = {"terrible": -1.0, "cruel": -0.95, "sad": -0.9, "gloomy": -0.85, "dark": -0.8, "angry": -0.75,
@@ -57,7 +57,13 @@ def offline_dir() -> Path:
 
 
 def corpus(n: int, seed: int) -> list[str]:
-    """``n`` passages of 4-8 templated sentences; each passage has a mood that most of its lexicon words follow."""
+    """``n`` passages of 4-8 templated sentences; each passage has a mood that most of its lexicon words follow.
+
+    Every sentence after the first opens with a connective that follows the previous sentence's gold score
+    ("Happily," above 0, "Sadly," below, "Then," at 0), so a language model trained on the corpus has to carry
+    each sentence's sentiment to its final period: the feature a reward model reads there (GPT-2 learnt such
+    features from its web text; a 2-layer model pretrained for a minute needs a corpus that asks for them).
+    """
     rng = random.Random(seed)
     positive, negative = list(POSITIVE), list(NEGATIVE)
 
@@ -65,9 +71,13 @@ def corpus(n: int, seed: int) -> list[str]:
         polarity = mood if mood and rng.random() < 0.85 else rng.choice([1, -1])
         return rng.choice(positive if polarity > 0 else negative)
 
-    def sentence(mood: int) -> str:
+    def sentence(mood: int, previous: float | None) -> str:
+        subject = rng.choice(SUBJECTS)
+        if previous is not None:
+            connective = "Happily," if previous > 0 else "Sadly," if previous < 0 else "Then,"
+            subject = f"{connective} {subject[0].lower()}{subject[1:]}"
         adjective = mood_word(mood) if rng.random() < 0.6 else rng.choice(NEUTRAL)
-        s = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} the {adjective} {rng.choice(NOUNS)} {rng.choice(TIMES)}"
+        s = f"{subject} {rng.choice(VERBS)} the {adjective} {rng.choice(NOUNS)} {rng.choice(TIMES)}"
         if rng.random() < 0.5:
             s += f" and felt {mood_word(mood)}"
         return s + "."
@@ -75,7 +85,11 @@ def corpus(n: int, seed: int) -> list[str]:
     passages = []
     for _ in range(n):
         mood = rng.choice([1, -1, 0])  # positive, negative or mixed
-        passages.append(" ".join(sentence(mood) for _ in range(rng.randint(4, 8))))
+        sentences, previous = [], None
+        for _ in range(rng.randint(4, 8)):
+            sentences.append(sentence(mood, previous))
+            previous = gold_score(sentences[-1])
+        passages.append(" ".join(sentences))
     return passages
 
 
@@ -90,33 +104,50 @@ def gold_scores(tokenizer, responses: torch.Tensor) -> torch.Tensor:
     return torch.tensor([gold_score(t) for t in texts])
 
 
-def pretrain(model, tokenizer, texts: list[str], steps: int = 300, full_steps: int = 80, batch_size: int = 16,
+def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: int = 80, batch_size: int = 16,
              seq_len: int = 64, lr: float = 3e-3, seed: int = 0) -> None:
     """Brief next-token training of ``model`` on ``texts`` so that its samples read like the corpus.
 
-    The first ``steps`` steps take the softmax over the corpus's own tokens only (cheap: ~150 of them);
-    the last ``full_steps`` over all 50257, which pushes every other token down.
+    The first ``steps`` steps take the softmax over the corpus's own tokens only and train just their rows of
+    the (tied) embedding, as a small matrix of their own (cheap: ~150 rows instead of 50257; Adam leaves rows
+    without gradients untouched anyway); the last ``full_steps`` take it over all 50257 tokens, which pushes
+    every other token down.
     """
     from lm_human_preference_details.model import response_logprobs
 
     g = torch.Generator().manual_seed(seed)
     stream = torch.tensor(tokenizer.encode(" ".join(texts)))  # [n_tokens]: passages run on, no EOS
     vocab, local = torch.unique(stream, return_inverse=True)  # the corpus's tokens; stream as indices into them
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    weight = model.get_output_embeddings().weight
-    model.train()
-    for step in range(steps + full_steps):
-        rows = batch_size if step < steps else batch_size // 2  # the full softmax is the costly part
-        starts = torch.randint(0, len(stream) - seq_len - 1, (rows,), generator=g)
-        x = torch.stack([stream[s : s + seq_len + 1] for s in starts])  # [b, seq_len + 1]
-        h = model.base_model(input_ids=x[:, :-1]).last_hidden_state  # [b, seq_len, d]
-        if step < steps:  # softmax over the corpus vocabulary
-            y = torch.stack([local[s + 1 : s + seq_len + 1] for s in starts])  # [b, seq_len]
-            loss = torch.nn.functional.cross_entropy((h @ weight[vocab].t()).flatten(0, 1), y.flatten())
-        else:  # softmax over the full vocabulary
-            loss = -response_logprobs(h, weight, x[:, 1:], 1.0)[0].mean()
-        for group in optimizer.param_groups:  # cosine decay to 0
+    wte = model.get_input_embeddings().weight  # tied with the LM head
+    body = [p for p in model.parameters() if p is not wte]
+    rows = torch.nn.Parameter(wte.detach()[vocab].clone())  # [len(vocab), d]: the corpus tokens' embeddings
+
+    def batch(rows_: int, source: torch.Tensor) -> torch.Tensor:
+        starts = torch.randint(0, len(stream) - seq_len - 1, (rows_,), generator=g)
+        return torch.stack([source[s : s + seq_len + 1] for s in starts])  # [rows_, seq_len + 1]
+
+    def cosine(optimizer, step: int) -> None:  # one cosine decay to 0 over both phases
+        for group in optimizer.param_groups:
             group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / (steps + full_steps)))
+
+    model.train()
+    optimizer = torch.optim.Adam([rows, *body], lr=lr)
+    for step in range(steps):  # phase 1: softmax over the corpus vocabulary
+        x = batch(batch_size, local)  # [b, seq_len + 1] indices into vocab
+        h = model.base_model(inputs_embeds=rows[x[:, :-1]]).last_hidden_state  # [b, seq_len, d]
+        loss = torch.nn.functional.cross_entropy((h @ rows.t()).flatten(0, 1), x[:, 1:].flatten())
+        cosine(optimizer, step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        wte[vocab] = rows
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for step in range(steps, steps + full_steps):  # phase 2: softmax over the full vocabulary
+        x = batch(batch_size // 2, stream)  # the full softmax is the costly part
+        h = model.base_model(input_ids=x[:, :-1]).last_hidden_state
+        loss = -response_logprobs(h, wte, x[:, 1:], 1.0)[0].mean()
+        cosine(optimizer, step)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -144,9 +144,9 @@ def _offline() -> dict:
                             response_length=o.RESPONSE_LENGTH, truncate_token=o.TRUNCATE_TOKEN,
                             truncate_after=o.TRUNCATE_AFTER, temperature=o.TEMPERATURE),
         "labels": LabelHParams(num_train=o.NUM_TRAIN, source=str(d / "labels.json")),
-        "reward": {"batch_size": 8, "lr": 1e-2, "rollout_batch_size": 256, "normalize_samples": 256,
+        "reward": {"batch_size": 8, "lr": 3e-3, "rollout_batch_size": 256, "normalize_samples": 256,
                    "eval_labels": o.NUM_LABELS - o.NUM_TRAIN},
-        "ppo": {"total_episodes": 1024, "batch_size": 64, "lr": 1e-3, "whiten_rewards": True},
+        "ppo": {"total_episodes": 1536, "batch_size": 64, "lr": 1e-3, "whiten_rewards": True},
         "rewards": {"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
     }
 
