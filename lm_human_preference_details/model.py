@@ -135,16 +135,21 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+KEEP_PROBS_ELEMENTS = 2**27  # keep the forward's probabilities for backward up to 512 MiB of float32
+
+
 class _ChunkedLogprobs(torch.autograd.Function):
     """Log-probs (and detached entropies) of labels under softmax(h @ W.T / T), a chunk of rows at a time.
 
-    Never holds the [n, vocab] logits of all rows: the backward pass recomputes them chunk by chunk.
+    Never holds the [n, vocab] logits of all rows at once. The backward pass needs softmax(logits): it is kept
+    from the forward pass when all of it fits in KEEP_PROBS_ELEMENTS, else recomputed chunk by chunk.
     """
 
     @staticmethod
     def forward(ctx, h, weight, labels, temperature: float, chunk: int):
         h = h / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
-        logprobs, entropies, lses = [], [], []
+        keep = h.shape[0] * weight.shape[0] <= KEEP_PROBS_ELEMENTS and torch.is_grad_enabled()
+        logprobs, entropies, lses, kept = [], [], [], []
         for i in range(0, h.shape[0], chunk):
             logits = _at_least_fp32(h[i : i + chunk] @ weight.t())  # [chunk, V]
             m = logits.amax(dim=-1, keepdim=True)
@@ -156,7 +161,10 @@ class _ChunkedLogprobs(torch.autograd.Function):
             # entropy = logsumexp - sum(p * logits) = log_s - sum(e * z) / s (OAI utils/core.py: entropy_from_logits)
             entropies.append((log_s - torch.bmm(e.unsqueeze(1), z.unsqueeze(2)).squeeze(2) / s).squeeze(1))
             lses.append((m + log_s).squeeze(1))
-        ctx.save_for_backward(h, weight, labels, torch.cat(lses))
+            if keep:
+                kept.append(e.div_(s))  # softmax, in place
+        probs = torch.cat(kept) if keep else None
+        ctx.save_for_backward(h, weight, labels, torch.cat(lses), probs)
         ctx.temperature, ctx.chunk = temperature, chunk
         entropies = torch.cat(entropies)
         ctx.mark_non_differentiable(entropies)  # only logged: no entropy bonus (FIDELITY E7)
@@ -164,18 +172,26 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropies):
-        h, weight, labels, lse = ctx.saved_tensors  # h is already divided by T
+        h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T
         grad_h = torch.empty_like(h)
-        grad_w = _at_least_fp32(torch.zeros_like(weight))
+        grad_w = None
         for i in range(0, h.shape[0], ctx.chunk):
             rows = slice(i, i + ctx.chunk)
-            logits = _at_least_fp32(h[rows] @ weight.t())  # [chunk, V], recomputed
+            if probs is not None:
+                softmax = probs[rows]  # [chunk, V], kept from the forward pass
+            else:
+                softmax = torch.exp_(_at_least_fp32(h[rows] @ weight.t()).sub_(lse[rows, None]))  # recomputed
             # d logprob / d logits = onehot(label) - softmax(logits)
-            dlogits = torch.exp_(logits.sub_(lse[rows, None])).mul_(-grad_logprobs[rows, None])
+            dlogits = softmax * -grad_logprobs[rows, None]
             dlogits.scatter_add_(1, labels[rows, None], grad_logprobs[rows, None])
             grad_h[rows] = (dlogits @ weight.to(dlogits.dtype)).to(h.dtype)
-            grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))
+            if grad_w is None:  # [V, d]
+                grad_w = dlogits.t() @ h[rows].to(dlogits.dtype)
+            else:
+                grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))
         # chain through h / T
+        if grad_w is None:  # no rows
+            grad_w = torch.zeros_like(weight)
         return grad_h / ctx.temperature, grad_w.to(weight.dtype), None, None, None
 
 

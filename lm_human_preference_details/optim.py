@@ -19,24 +19,37 @@ class TF1Adam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter with a gradient."""
+        """One update of every parameter with a gradient, all tensors of a group at once (torch._foreach_*)."""
         # OAI lm_human_preferences/utils/core.py: minimize -> tf.train.AdamOptimizer(lr, epsilon=1e-5)
         for group in self.param_groups:
             b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["m"] = torch.zeros_like(p)
-                    state["v"] = torch.zeros_like(p)
-                state["step"] += 1
-                t, m, v = state["step"], state["m"], state["v"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if not self.state[p]:
+                    self.state[p].update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+            for steps, ps in _by_step([(self.state[p]["step"], p) for p in params]).items():
+                grads = [p.grad for p in ps]
+                m = [self.state[p]["m"] for p in ps]
+                v = [self.state[p]["v"] for p in ps]
+                t = steps + 1
+                torch._foreach_mul_(m, b1)
+                torch._foreach_add_(m, grads, alpha=1 - b1)  # m = b1 m + (1 - b1) g
+                torch._foreach_mul_(v, b2)
+                torch._foreach_addcmul_(v, grads, grads, value=1 - b2)  # v = b2 v + (1 - b2) g^2
+                denominators = torch._foreach_sqrt(v)
+                torch._foreach_add_(denominators, group["eps"])  # sqrt(v) + eps, before bias correction
                 lr_t = group["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
-                p.addcdiv_(m, v.sqrt().add_(group["eps"]), value=-lr_t)
+                torch._foreach_addcdiv_(ps, m, denominators, value=-lr_t)
+                for p in ps:
+                    self.state[p]["step"] = t
+
+
+def _by_step(pairs: list[tuple[int, torch.Tensor]]) -> dict[int, list[torch.Tensor]]:
+    """Parameters grouped by their step count (all equal unless some went without gradients)."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    for step, p in pairs:
+        groups.setdefault(step, []).append(p)
+    return groups
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -219,3 +219,28 @@ def test_sample_categorical_pads_a_vocabulary_without_a_divisor():
     for t in (0, 4098):
         se = math.sqrt(probs[t] * (1 - probs[t]) / len(draws))
         assert abs((draws == t).double().mean() - probs[t]) < 5 * se
+
+
+def test_sample_step_draws_from_the_scaled_softmax_and_returns_its_logprob():
+    from lm_human_preference_details.model import sample_step
+    from lm_human_preference_details.ppo import logprobs_from_logits
+
+    torch.manual_seed(0)
+    w = torch.randn(600, 8)
+    h = torch.randn(1, 8) * 2
+    probs = torch.softmax((h @ w.t()).double() / 0.7, -1)[0]  # [600]
+    g = torch.Generator().manual_seed(0)
+    n = 100_000
+    tokens, logprobs = sample_step(h.expand(n, 8), w, 0.7, generator=g)  # [n, 1] each
+    # the log-prob of each draw is log_softmax(h @ W.T / T) at that token
+    expected = logprobs_from_logits((h @ w.t() / 0.7).expand(n, 600)[:, None], tokens)
+    torch.testing.assert_close(logprobs, expected, atol=1e-5, rtol=1e-5)
+    counts = torch.bincount(tokens.squeeze(1), minlength=600).double()
+    heavy = probs.argsort(descending=True)[:5]
+    for t in heavy.tolist():  # the likeliest tokens' frequencies within 5 standard errors
+        se = math.sqrt(probs[t] * (1 - probs[t]) / n)
+        assert abs(counts[t] / n - probs[t]) < 5 * se, t
+    keep = probs * n >= 5  # chi-square over the tokens expected at least 5 times
+    chi2 = ((counts[keep] - n * probs[keep]) ** 2 / (n * probs[keep])).sum().item()
+    dof = int(keep.sum()) - 1
+    assert chi2 < dof + 6 * math.sqrt(2 * dof)

@@ -32,6 +32,20 @@ def test_corpus_is_deterministic_and_dense():
     assert with_mood / len(sentences) > 0.6  # most sentences carry a lexicon word: the gold score is dense
 
 
+def test_corpus_connectives_follow_the_previous_sentence():
+    # "Happily," after a sentence with gold > 0, "Sadly," after < 0, "Then," after 0; never on the first sentence
+    seen = set()
+    for passage in offline.corpus(30, seed=4):
+        sentences = [s + "." for s in passage[:-1].split(". ")]
+        assert sentences[0].split()[0] not in ("Happily,", "Sadly,", "Then,")
+        for previous, sentence in zip(sentences, sentences[1:]):
+            g = offline.gold_score(previous)
+            expected = "Happily," if g > 0 else "Sadly," if g < 0 else "Then,"
+            assert sentence.split()[0] == expected, (previous, sentence)
+            seen.add(expected)
+    assert seen == {"Happily,", "Sadly,", "Then,"}
+
+
 def test_make_labels_in_oai_schema(tokenizer, tiny_model_dir, tmp_path):
     queries = tmp_path / "queries.txt"
     queries.write_text("\n\n".join(offline.corpus(20, seed=1)))

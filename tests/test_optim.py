@@ -55,3 +55,20 @@ def test_set_lr_changes_the_step():
     p.grad = torch.ones(1, dtype=torch.float64)
     opt.step()
     assert p.item() == 0.0
+
+
+def test_several_parameters_and_one_that_skips_a_step():
+    # each parameter follows the transcription with its own step count; b has no gradient at step 2
+    rng = np.random.default_rng(1)
+    a0, b0 = rng.normal(size=3), rng.normal(size=(2, 2))
+    ga = [rng.normal(size=3) for _ in range(3)]
+    gb = [rng.normal(size=(2, 2)) for _ in range(2)]
+    a, b = torch.nn.Parameter(torch.tensor(a0)), torch.nn.Parameter(torch.tensor(b0))
+    opt = TF1Adam([a, b], lr=1e-2)
+    for step in range(3):
+        a.grad = torch.tensor(ga[step])
+        b.grad = None if step == 1 else torch.tensor(gb[0 if step == 0 else 1])
+        opt.step()
+    np.testing.assert_allclose(a.detach().numpy(), naive_tf_adam(a0, ga, 1e-2), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.detach().numpy(), naive_tf_adam(b0, gb, 1e-2), rtol=0, atol=1e-12)
+    assert opt.state[a]["step"] == 3 and opt.state[b]["step"] == 2
