@@ -62,8 +62,13 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_offline"))
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from lm_human_preference_details.offline import offline_dir
+
+    fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
     rows = {s: run_seed(s, args.runs_dir, args.extra) for s in args.seeds}
-    text = f"Offline task, {len(rows)} seeds (`python benchmarks/offline.py --seeds {' '.join(map(str, args.seeds))}`)\n\n"
+    text = f"Offline task, {len(rows)} seeds (`python benchmarks/offline.py --seeds {' '.join(map(str, args.seeds))}`)"
+    text += f"; seed {args.seeds[0]} built the assets (fresh cache).\n\n" if fresh else "; assets cached before.\n\n"
     text += table(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")

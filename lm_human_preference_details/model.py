@@ -146,15 +146,18 @@ class _ChunkedLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h, weight, labels, temperature: float, chunk: int):
+    def forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
         h = h / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
-        keep = h.shape[0] * weight.shape[0] <= KEEP_PROBS_ELEMENTS and torch.is_grad_enabled()
-        logprobs, entropies, lses, kept = [], [], [], []
-        for i in range(0, h.shape[0], chunk):
+        # (grad mode is always off inside forward: needs_input_grad says whether a backward pass can follow)
+        keep = any(ctx.needs_input_grad[:2]) and h.shape[0] * weight.shape[0] <= keep_probs_elements
+        n, v = h.shape[0], weight.shape[0]
+        probs = h.new_empty((n, v), dtype=torch.promote_types(h.dtype, torch.float32)) if keep else None  # [n, V]
+        logprobs, entropies, lses = [], [], []
+        for i in range(0, n, chunk):
             logits = _at_least_fp32(h[i : i + chunk] @ weight.t())  # [chunk, V]
             m = logits.amax(dim=-1, keepdim=True)
             z = logits.sub_(m)  # shifted logits, in place
-            e = torch.exp(z)
+            e = torch.exp(z, out=probs[i : i + chunk]) if keep else torch.exp(z)  # kept: written in place
             s = e.sum(dim=-1, keepdim=True)
             log_s = s.log()  # logsumexp = m + log_s
             logprobs.append((z.gather(1, labels[i : i + chunk, None]) - log_s).squeeze(1))
@@ -162,8 +165,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             entropies.append((log_s - torch.bmm(e.unsqueeze(1), z.unsqueeze(2)).squeeze(2) / s).squeeze(1))
             lses.append((m + log_s).squeeze(1))
             if keep:
-                kept.append(e.div_(s))  # softmax, in place
-        probs = torch.cat(kept) if keep else None
+                e.div_(s)  # softmax, in place in probs
         ctx.save_for_backward(h, weight, labels, torch.cat(lses), probs)
         ctx.temperature, ctx.chunk = temperature, chunk
         entropies = torch.cat(entropies)
@@ -174,7 +176,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logprobs, grad_entropies):
         h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T
         grad_h = torch.empty_like(h)
-        grad_w = None
+        # in place, so that under autocast too the [V, d] gradient is summed in (at least) float32
+        grad_w = _at_least_fp32(torch.zeros_like(weight))
         for i in range(0, h.shape[0], ctx.chunk):
             rows = slice(i, i + ctx.chunk)
             if probs is not None:
@@ -185,24 +188,21 @@ class _ChunkedLogprobs(torch.autograd.Function):
             dlogits = softmax * -grad_logprobs[rows, None]
             dlogits.scatter_add_(1, labels[rows, None], grad_logprobs[rows, None])
             grad_h[rows] = (dlogits @ weight.to(dlogits.dtype)).to(h.dtype)
-            if grad_w is None:  # [V, d]
-                grad_w = dlogits.t() @ h[rows].to(dlogits.dtype)
-            else:
-                grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))
+            grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))  # [V, d]
         # chain through h / T
-        if grad_w is None:  # no rows
-            grad_w = torch.zeros_like(weight)
-        return grad_h / ctx.temperature, grad_w.to(weight.dtype), None, None, None
+        return grad_h / ctx.temperature, grad_w.to(weight.dtype), None, None, None, None
 
 
 def response_logprobs(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float,
-                      chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                      chunk: int = 64, keep_probs_elements: int = KEEP_PROBS_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
     """[b, r, d] hidden, [V, d] LM head, [b, r] labels -> log-probs (differentiable) and entropies, both [b, r].
 
-    Same numbers as log_softmax(h @ W.T / T) gathered at the labels, in memory for ``chunk`` rows of logits.
+    Same numbers as log_softmax(h @ W.T / T) gathered at the labels, in memory for ``chunk`` rows of logits (plus
+    the softmax of all rows for the backward pass while it holds at most ``keep_probs_elements`` numbers).
     """
     b, r, d = h.shape
-    logprobs, entropies = _ChunkedLogprobs.apply(h.reshape(b * r, d), weight, labels.reshape(b * r), temperature, chunk)
+    logprobs, entropies = _ChunkedLogprobs.apply(h.reshape(b * r, d), weight, labels.reshape(b * r), temperature, chunk,
+                                                 keep_probs_elements)
     return logprobs.view(b, r), entropies.view(b, r)
 
 

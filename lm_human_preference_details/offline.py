@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from lm_human_preference_details.cli import atomic_path
 from lm_human_preference_details.tokens import OAI_PAD
@@ -134,7 +135,9 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
     optimizer = torch.optim.Adam([rows, *body], lr=lr)
     for step in range(steps):  # phase 1: softmax over the corpus vocabulary
         x = batch(batch_size, local)  # [b, seq_len + 1] indices into vocab
-        h = model.base_model(inputs_embeds=rows[x[:, :-1]]).last_hidden_state  # [b, seq_len, d]
+        # F.embedding, not rows[x]: indexing's backward (index_put with accumulate) sums in a thread-dependent order
+        # on a CPU, which made two builds of the assets differ
+        h = model.base_model(inputs_embeds=F.embedding(x[:, :-1], rows)).last_hidden_state  # [b, seq_len, d]
         loss = torch.nn.functional.cross_entropy((h @ rows.t()).flatten(0, 1), x[:, 1:].flatten())
         cosine(optimizer, step)
         optimizer.zero_grad()

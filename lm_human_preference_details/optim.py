@@ -26,17 +26,21 @@ class TF1Adam(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             for p in params:
                 if not self.state[p]:
-                    self.state[p].update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                    # "denominator" is scratch for sqrt(v) + eps: a buffer kept between steps instead of a fresh
+                    # parameter-sized tensor each step (on a CPU, fresh large tensors cost a page fault per 4 KiB)
+                    self.state[p].update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p), denominator=torch.empty_like(p))
             for steps, ps in _by_step([(self.state[p]["step"], p) for p in params]).items():
                 grads = [p.grad for p in ps]
                 m = [self.state[p]["m"] for p in ps]
                 v = [self.state[p]["v"] for p in ps]
+                denominators = [self.state[p]["denominator"] for p in ps]
                 t = steps + 1
                 torch._foreach_mul_(m, b1)
                 torch._foreach_add_(m, grads, alpha=1 - b1)  # m = b1 m + (1 - b1) g
                 torch._foreach_mul_(v, b2)
                 torch._foreach_addcmul_(v, grads, grads, value=1 - b2)  # v = b2 v + (1 - b2) g^2
-                denominators = torch._foreach_sqrt(v)
+                torch._foreach_copy_(denominators, v)
+                torch._foreach_sqrt_(denominators)
                 torch._foreach_add_(denominators, group["eps"])  # sqrt(v) + eps, before bias correction
                 lr_t = group["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
                 torch._foreach_addcdiv_(ps, m, denominators, value=-lr_t)

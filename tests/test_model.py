@@ -166,14 +166,18 @@ def test_analyze_responses_equals_slicing_the_full_forward(policy):
     torch.testing.assert_close(out["values"], values[:, 4:-1])
 
 
-def test_chunked_logprobs_match_the_plain_computation_and_gradients():
+@pytest.mark.parametrize("keep_probs_elements", [0, 15 * 50])  # backward recomputes the softmax / keeps all of it
+def test_chunked_logprobs_match_the_plain_computation_and_gradients(keep_probs_elements):
     from lm_human_preference_details.model import response_logprobs
 
     torch.manual_seed(0)
     h = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 50, (3, 5))
-    logprobs, entropies = response_logprobs(h, w, labels, temperature=0.7, chunk=4)  # chunks cut across rows
+    logprobs, entropies = response_logprobs(h, w, labels, temperature=0.7, chunk=4,  # chunks cut across rows
+                                            keep_probs_elements=keep_probs_elements)
+    kept = logprobs.grad_fn.next_functions[0][0].saved_tensors[-1]  # the [15, 50] softmax, or None
+    assert (kept is None) == (keep_probs_elements == 0)
     logp = F.log_softmax(h @ w.t() / 0.7, -1)
     expected = logp.gather(-1, labels[..., None]).squeeze(-1)
     torch.testing.assert_close(logprobs, expected)

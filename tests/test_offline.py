@@ -46,6 +46,21 @@ def test_corpus_connectives_follow_the_previous_sentence():
     assert seen == {"Happily,", "Sadly,", "Then,"}
 
 
+def test_pretraining_is_deterministic(tokenizer):
+    # two builds of the assets must hold the same model: the same seeds give bit-identical weights
+    from lm_human_preference_details.assets import tiny_gpt2
+
+    states = []
+    for _ in range(2):
+        model = tiny_gpt2(seed=0, n_layer=1, n_embd=64, n_head=2, n_positions=64)
+        offline.pretrain(model, tokenizer, offline.corpus(40, seed=1), steps=12, full_steps=2, batch_size=16, seq_len=64)
+        states.append(model.state_dict())
+    start = tiny_gpt2(seed=0, n_layer=1, n_embd=64, n_head=2, n_positions=64).state_dict()
+    assert not torch.equal(states[0]["transformer.h.0.mlp.c_fc.weight"], start["transformer.h.0.mlp.c_fc.weight"])
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
+
+
 def test_make_labels_in_oai_schema(tokenizer, tiny_model_dir, tmp_path):
     queries = tmp_path / "queries.txt"
     queries.write_text("\n\n".join(offline.corpus(20, seed=1)))
