@@ -142,15 +142,15 @@ class _ChunkedLogprobs(torch.autograd.Function):
     """Log-probs (and detached entropies) of labels under softmax(h @ W.T / T), a chunk of rows at a time.
 
     Never holds the [n, vocab] logits of all rows at once. The backward pass needs softmax(logits): it is kept
-    from the forward pass when all of it fits in KEEP_PROBS_ELEMENTS, else recomputed chunk by chunk.
+    from the forward pass when all of it fits in keep_probs_elements numbers, else recomputed chunk by chunk.
     """
 
     @staticmethod
     def forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
         h = h / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
-        # (grad mode is always off inside forward: needs_input_grad says whether a backward pass can follow)
-        keep = any(ctx.needs_input_grad[:2]) and h.shape[0] * weight.shape[0] <= keep_probs_elements
         n, v = h.shape[0], weight.shape[0]
+        # (grad mode is always off inside forward: needs_input_grad says whether a backward pass can follow)
+        keep = any(ctx.needs_input_grad[:2]) and n * v <= keep_probs_elements
         probs = h.new_empty((n, v), dtype=torch.promote_types(h.dtype, torch.float32)) if keep else None  # [n, V]
         logprobs, entropies, lses = [], [], []
         for i in range(0, n, chunk):
