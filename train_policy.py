@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+# Before torch loads: its CPU allocator then backs large tensors with 2 MiB pages, instead of faulting in a
+# fresh 4 KiB page at a time (a [50257, 768] gradient took 0.19 s to zero, 0.05 s with this; README, Speed)
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import numpy as np
 import torch

@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as train_policy.py sets it, for both paths
+
 import numpy as np
 import torch
 import torch.nn.functional as F

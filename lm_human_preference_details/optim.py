@@ -19,31 +19,24 @@ class TF1Adam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter with a gradient, all tensors of a group at once (torch._foreach_*)."""
+        """One update of every parameter with a gradient: one fused pass over each tensor's p, g, m and v."""
         # OAI lm_human_preferences/utils/core.py: minimize -> tf.train.AdamOptimizer(lr, epsilon=1e-5)
         for group in self.param_groups:
             b1, b2 = group["betas"]
             params = [p for p in group["params"] if p.grad is not None]
             for p in params:
                 if not self.state[p]:
-                    # "denominator" is scratch for sqrt(v) + eps: a buffer kept between steps instead of a fresh
-                    # parameter-sized tensor each step (on a CPU, fresh large tensors cost a page fault per 4 KiB)
-                    self.state[p].update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p), denominator=torch.empty_like(p))
+                    self.state[p].update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
             for steps, ps in _by_step([(self.state[p]["step"], p) for p in params]).items():
-                grads = [p.grad for p in ps]
-                m = [self.state[p]["m"] for p in ps]
-                v = [self.state[p]["v"] for p in ps]
-                denominators = [self.state[p]["denominator"] for p in ps]
                 t = steps + 1
-                torch._foreach_mul_(m, b1)
-                torch._foreach_add_(m, grads, alpha=1 - b1)  # m = b1 m + (1 - b1) g
-                torch._foreach_mul_(v, b2)
-                torch._foreach_addcmul_(v, grads, grads, value=1 - b2)  # v = b2 v + (1 - b2) g^2
-                torch._foreach_copy_(denominators, v)
-                torch._foreach_sqrt_(denominators)
-                torch._foreach_add_(denominators, group["eps"])  # sqrt(v) + eps, before bias correction
-                lr_t = group["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
-                torch._foreach_addcdiv_(ps, m, denominators, value=-lr_t)
+                # torch._fused_adam_ (what torch.optim.Adam(fused=True) runs) steps
+                #   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps'),
+                # which with eps' = eps / sqrt(1 - b2^t) is TF-1's lr_t * m / (sqrt(v) + eps) exactly
+                step_tensor = torch.tensor(float(t), device=ps[0].device)
+                torch._fused_adam_(
+                    ps, [p.grad for p in ps], [self.state[p]["m"] for p in ps], [self.state[p]["v"] for p in ps], [],
+                    [step_tensor] * len(ps), lr=group["lr"], beta1=b1, beta2=b2, weight_decay=0.0,
+                    eps=group["eps"] / math.sqrt(1 - b2**t), amsgrad=False, maximize=False)
                 for p in ps:
                     self.state[p]["step"] = t
 

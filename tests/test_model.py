@@ -60,6 +60,44 @@ def test_pads_anywhere_give_the_outputs_of_the_unpadded_sequence(policy):
     torch.testing.assert_close(h[1, -1], h[1, 3])
 
 
+def test_packed_forward_equals_the_padded_forward_with_its_gradients(policy):
+    # gpt2.py: the real tokens only, the last block only at the rows read; B1/B2 outputs and every gradient unchanged
+    tokens = torch.tensor([[464, 3290, PAD, PAD, 318, 13, PAD, 383], [40, 588, 13, 257, PAD, PAD, PAD, PAD],
+                           [11, 12, 13, 14, 15, 16, 17, 18]])
+    read = torch.tensor([[1, 3, 7], [0, 6, 2], [7, 5, 0]])  # pads at [0, 3] and [1, 6]: B2 reads tokens 1 and 3
+    weights = torch.randn(3, 3, policy.lm.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    params = list(policy.lm.parameters())
+    assert policy.packed
+    outputs, grads = [], []
+    for packed in (True, False):
+        policy.packed = packed
+        h = policy.hidden_at(tokens, read)  # [3, 3, d]
+        outputs.append(h)
+        grads.append(torch.autograd.grad((h * weights).sum(), params))
+    policy.packed = True
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
+    full = policy.hidden(tokens)  # the padded forward, every position
+    torch.testing.assert_close(outputs[0][0, 1], full[0, 3], atol=1e-5, rtol=1e-5)  # B2 at a pad
+    torch.testing.assert_close(outputs[0][1, 1], full[1, 3], atol=1e-5, rtol=1e-5)
+    for g_packed, g_padded in zip(*grads):
+        torch.testing.assert_close(g_packed, g_padded, atol=1e-5, rtol=1e-4)
+    assert sum(g.abs().sum() for g in grads[0]) > 0
+
+
+def test_packed_reward_equals_the_padded_reward(tiny_model_dir):
+    # D1 + B2: the reward at the last index is the head at the last real token, packed or not
+    torch.manual_seed(0)
+    model = RewardModel(load_lm(str(tiny_model_dir)), PAD)
+    tokens = torch.tensor([[464, 3290, PAD, 318, 13, PAD, PAD], [40, 588, 13, 257, 11, 12, 13]])
+    with torch.no_grad():
+        packed = model(tokens)
+        model.packed = False
+        padded = model(tokens)
+        by_hand = model.head(torch.stack([naive_forward(model.lm, t)[-1] for t in tokens])).squeeze(-1)
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed, by_hand, atol=1e-5, rtol=1e-5)
+
+
 def test_head_initialisation(tiny_model_dir):
     torch.manual_seed(0)
     lm = load_lm(str(tiny_model_dir))
@@ -101,9 +139,11 @@ def test_sampling_never_leaves_the_real_vocabulary_and_ignores_eos(tiny_model_di
     assert (out["responses"] == 50256).all()  # EOS sampled and sampling went on: exactly 5 tokens
 
 
-def test_sampled_logprobs_and_values_equal_a_full_forward(policy):
+@pytest.mark.parametrize("packed", [True, False])  # gpt2.py's sampler with its KV cache / Hugging Face's forward
+def test_sampled_logprobs_and_values_equal_a_full_forward(policy, packed):
     # C2/C3: the sampler's log-probs (temperature-scaled) and values equal those of one forward pass
     # over [context, response], including contexts with pads in the middle and at the end
+    policy.packed = packed
     torch.manual_seed(1)
     contexts = torch.tensor([
         [464, 3290, PAD, PAD, 318, 13],  # pads in the middle (query padding before a suffix)
@@ -127,6 +167,19 @@ def test_sampled_logprobs_and_values_equal_a_full_forward(policy):
         torch.testing.assert_close(out["values"][i], values, atol=1e-5, rtol=1e-5)
     # entropies: -sum p log p of the temperature-scaled distribution
     assert (analysed["entropies"] > 0).all() and (analysed["entropies"] <= math.log(50257) + 1e-4).all()
+    policy.packed = True
+
+
+def test_packed_and_hugging_face_samplers_draw_the_same_tokens(policy):
+    contexts = torch.tensor([[464, 3290, PAD, PAD, 318, 13], [40, 588, 13, PAD, PAD, PAD]])
+    outs = []
+    for packed in (True, False):
+        policy.packed = packed
+        outs.append(policy.sample(contexts, length=8, generator=torch.Generator().manual_seed(3)))
+    policy.packed = True
+    assert torch.equal(outs[0]["responses"], outs[1]["responses"])
+    torch.testing.assert_close(outs[0]["logprobs"], outs[1]["logprobs"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[0]["values"], outs[1]["values"], atol=1e-5, rtol=1e-5)
 
 
 def test_reward_reads_the_last_real_token(tiny_model_dir):

@@ -72,3 +72,18 @@ def test_several_parameters_and_one_that_skips_a_step():
     np.testing.assert_allclose(a.detach().numpy(), naive_tf_adam(a0, ga, 1e-2), rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.detach().numpy(), naive_tf_adam(b0, gb, 1e-2), rtol=0, atol=1e-12)
     assert opt.state[a]["step"] == 3 and opt.state[b]["step"] == 2
+
+
+def test_float32_parameters_follow_the_transcription():
+    # the dtype training uses: the fused update stays within float32 rounding of the float64 transcription
+    rng = np.random.default_rng(2)
+    start = rng.normal(size=(64, 3))
+    grads = [rng.normal(size=(64, 3)) * 10 ** rng.uniform(-7, -1) for _ in range(5)]
+    p = torch.nn.Parameter(torch.tensor(start, dtype=torch.float32))
+    opt = TF1Adam([p], lr=1e-3)
+    for g in grads:
+        p.grad = torch.tensor(g, dtype=torch.float32)
+        opt.step()
+    expected = naive_tf_adam(start, grads, 1e-3)
+    np.testing.assert_allclose(p.detach().double().numpy(), expected, rtol=0, atol=2e-6)
+    assert np.abs(expected - start).max() > 1e-3  # the steps are far larger than the tolerance

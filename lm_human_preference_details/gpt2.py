@@ -1,0 +1,99 @@
+"""GPT-2's forward pass over the real tokens only: the original's masked semantics without computing pads.
+
+Under OAI `language/model.py` (FIDELITY B1/B2) a pad is never attended to, does not advance positions,
+and its own output is a copy of the last real token's. So a pad changes nothing, and computing it is
+waste: queries are right-padded to 64 tokens, ~15% of a sentiment sequence. Here the linear layers,
+layer norms and MLPs (nearly all the work) run on the real tokens of the batch packed into one
+[n_real, d] matrix. Attention puts them back into a [batch, longest, d] layout with each sequence's
+real tokens left-aligned: a real token's column there is its position id (B1's exclusive cumsum), so
+plain causal attention over that layout is exactly the original's masked attention. The last block
+computes its attention output and MLP only at the rows whose outputs are read (its keys and values
+still come from every real token). Same numbers as the padded Hugging Face forward within float
+rounding (tests/test_model.py), with the same modules and weights; other architectures use that forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def supports_packing(lm: nn.Module) -> bool:
+    """True for a Hugging Face GPT-2 whose blocks compute what `packed_hidden` computes."""
+    from transformers import GPT2Model
+
+    config = lm.config
+    return (isinstance(lm.base_model, GPT2Model) and not config.add_cross_attention
+            and not getattr(config, "reorder_and_upcast_attn", False))  # HF's upcast path is eager-only numerics
+
+
+class KVCache:
+    """Preallocated keys and values of every block, [layers, b, heads, width, head_dim] each, left-aligned layout."""
+
+    def __init__(self, base: nn.Module, batch: int, width: int, like: torch.Tensor):
+        attn = base.h[0].attn
+        shape = (len(base.h), batch, attn.num_heads, width, attn.head_dim)
+        self.keys = like.new_zeros(shape)
+        self.values = like.new_zeros(shape)
+
+
+def packed_hidden(base: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                  read: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    """Final hidden states [b, s, d] at the real positions ``read`` [b, s] of [b, t] tokens (pads anywhere).
+
+    ``input_ids``, ``mask``, ``positions`` come from `model.prepare_inputs`; every ``read`` position must be real.
+    With a ``cache``, every block's keys and values are also written to its first columns.
+    """
+    b, t = mask.shape
+    s = read.shape[1]
+    longest = int(mask.sum(1).max())
+    real = mask.reshape(-1).nonzero().squeeze(1)  # [n] flat indices of the real tokens, in order
+    seq = real // t  # [n] the sequence of each real token
+    columns = positions.reshape(-1)[real]  # [n] its column in the left-aligned layout = its position id (B1)
+    slots = seq * longest + columns  # [n] its row in the [b * longest] left-aligned layout
+    x = F.embedding(input_ids.reshape(-1)[real], base.wte.weight) + F.embedding(columns, base.wpe.weight)  # [n, d]
+    packed_row = torch.cumsum(mask.reshape(-1).long(), 0) - 1  # [b * t] packed row of each real position
+    read_rows = packed_row[(torch.arange(b, device=mask.device)[:, None] * t + read).reshape(-1)]  # [b * s]
+    read_columns = positions.gather(1, read)  # [b, s] their columns in the left-aligned layout
+    blocks = list(base.h)
+    for i, block in enumerate(blocks):
+        attn = block.attn
+        qkv = attn.c_attn(block.ln_1(x))  # [n, 3d]
+        # the left-aligned layout: zeros after each sequence's last real token, never attended to (causal)
+        grid = qkv.new_zeros(b * longest, qkv.shape[1]).index_copy(0, slots, qkv)  # [b * longest, 3d]
+        q, k, v = grid.view(b, longest, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)  # [b, h, longest, hd] each
+        if cache is not None:
+            cache.keys[i, :, :, :longest], cache.values[i, :, :, :longest] = k, v
+        if i < len(blocks) - 1:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling)  # [b, h, longest, hd]
+            o = o.transpose(1, 2).reshape(b * longest, -1).index_select(0, slots)  # [n, d]
+        else:  # last block: only the rows that are read
+            q = q.gather(2, read_columns[:, None, :, None].expand(b, attn.num_heads, s, attn.head_dim))  # [b, h, s, hd]
+            visible = torch.arange(longest, device=mask.device) <= read_columns[:, None, :, None]  # [b, 1, s, longest]
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=attn.scaling)  # [b, h, s, hd]
+            o = o.transpose(1, 2).reshape(b * s, -1)  # [b * s, d]
+            x = x.index_select(0, read_rows)  # [b * s, d]
+        x = x + attn.c_proj(o)
+        x = x + block.mlp(block.ln_2(x))
+    return base.ln_f(x).view(b, s, -1)  # [b, s, d]
+
+
+def decode_step(base: nn.Module, tokens: torch.Tensor, columns: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """One new real token per sequence, [b] ids at [b] columns (= position ids) -> [b, d] final hidden states.
+
+    Its keys and values go into the cache at its column; it attends to the columns before it and itself.
+    """
+    b = tokens.shape[0]
+    rows = torch.arange(b, device=tokens.device)
+    visible = (torch.arange(cache.keys.shape[3], device=tokens.device) <= columns[:, None])[:, None, None]  # [b, 1, 1, width]
+    x = F.embedding(tokens, base.wte.weight) + F.embedding(columns, base.wpe.weight)  # [b, d]
+    for i, block in enumerate(base.h):
+        attn = block.attn
+        q, k, v = attn.c_attn(block.ln_1(x)).view(b, 3, attn.num_heads, attn.head_dim).unbind(1)  # [b, h, hd] each
+        cache.keys[i, rows, :, columns], cache.values[i, rows, :, columns] = k, v
+        o = F.scaled_dot_product_attention(q[:, :, None], cache.keys[i], cache.values[i], attn_mask=visible,
+                                           scale=attn.scaling)  # [b, h, 1, hd]
+        x = x + attn.c_proj(o.reshape(b, -1))
+        x = x + block.mlp(block.ln_2(x))
+    return base.ln_f(x)  # [b, d]
