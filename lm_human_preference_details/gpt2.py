@@ -28,6 +28,16 @@ def supports_packing(lm: nn.Module) -> bool:
             and not getattr(config, "reorder_and_upcast_attn", False))  # HF's upcast path is eager-only numerics
 
 
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")  # GPT-2's activation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+
+
+def mlp(base: nn.Module, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The block's MLP on [..., d]; GPT-2's tanh GELU as PyTorch's one fused kernel (the same formula)."""
+    h = block.mlp.c_fc(x)
+    h = F.gelu(h, approximate="tanh") if base.config.activation_function in TANH_GELUS else block.mlp.act(h)
+    return block.mlp.c_proj(h)
+
+
 class KVCache:
     """Preallocated keys and values of every block, [layers, b, heads, width, head_dim] each, left-aligned layout."""
 
@@ -75,7 +85,7 @@ def packed_hidden(base: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, 
             o = o.transpose(1, 2).reshape(b * s, -1)  # [b * s, d]
             x = x.index_select(0, read_rows)  # [b * s, d]
         x = x + attn.c_proj(o)
-        x = x + block.mlp(block.ln_2(x))
+        x = x + mlp(base, block, block.ln_2(x))
     return base.ln_f(x).view(b, s, -1)  # [b, s, d]
 
 
@@ -95,5 +105,5 @@ def decode_step(base: nn.Module, tokens: torch.Tensor, columns: torch.Tensor, ca
         o = F.scaled_dot_product_attention(q[:, :, None], cache.keys[i], cache.values[i], attn_mask=visible,
                                            scale=attn.scaling)  # [b, h, 1, hd]
         x = x + attn.c_proj(o.reshape(b, -1))
-        x = x + block.mlp(block.ln_2(x))
+        x = x + mlp(base, block, block.ln_2(x))
     return base.ln_f(x)  # [b, d]
