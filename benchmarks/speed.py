@@ -11,9 +11,10 @@ train_policy.py has no torch.compile option, so neither has this benchmark.
 Both updates run in this process at the sentiment shape (query 64, response 24, 4 PPO epochs, 1 minibatch),
 from the same initial weights, on the same queries, with the same seed:
 
-  ours       train_policy.rollout (Policy.sample: a KV-cached sampler that keeps log-probs and values from the
-             sampling pass; the frozen reference's Policy.analyze_responses: LM head at the 24 response positions
-             only; RewardModel.score on the truncated responses), ppo.kl_rewards, then train_policy.ppo_epochs.
+  ours       train_policy.rollout (Policy.sample: a sampler with a preallocated KV cache that keeps log-probs and
+             values from the sampling pass; the frozen reference's Policy.analyze_responses: LM head at the 24
+             response positions only; RewardModel.score on the truncated responses), ppo.kl_rewards, then
+             train_policy.ppo_epochs. Its GPT-2 forward passes skip the pads (lm_human_preference_details/gpt2.py).
   reference  what people write with Hugging Face: contexts left-padded, `lm.generate(do_sample=True, top_k=0,
              ...)`, then full forward passes of the policy (log-probs, values) and of the reference over
              [context, response] with full-vocabulary logits and log_softmax at every position, sliced to the
@@ -21,7 +22,9 @@ from the same initial weights, on the same queries, with the same seed:
              last real token); then 4 PPO epochs, each a full forward with full-vocabulary logits at every
              position and the same losses (ppo.py's functions).
 
-Both do the same maths (the warm-up update checks it and the table's notes print the differences). generate's
+Both paths share the optimiser (TF1Adam) and the process's allocator setting (THP_MEM_ALLOC_ENABLE=1, as
+train_policy.py sets it). Both do the same maths (the warm-up update checks it and the table's notes print the
+differences). generate's
 sampler draws differently from ours (the same distribution: temperature, top_k 0, no EOS stop), so the two
 rollouts hold different tokens; the PPO phase of both is therefore timed on the SAME rollout tensors, ours.
 Each phase is timed with time.perf_counter (after torch.cuda.synchronize on a GPU); the numbers are means
@@ -453,14 +456,15 @@ def markdown_report(runs: list[dict], device: torch.device, repeats: int, bf16: 
         + ("bfloat16 autocast (--bf16) in both paths" if bf16 else "float32")
         + (f", TF32 matmuls {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}" if gpu else "") + ".",
         "- ours: train_policy.rollout (Policy.sample keeps log-probs and values from the KV-cached sampling pass, so it "
-        "has no separate policy forward; Policy.analyze_responses runs the LM head at the 24 response positions only), "
-        "kl_rewards, train_policy.ppo_epochs.",
+        "has no separate policy forward; Policy.analyze_responses runs the LM head at the 24 response positions only; "
+        "GPT-2 forward passes over the real tokens only), kl_rewards, train_policy.ppo_epochs.",
         "- reference: left-padded contexts, HF `generate(do_sample=True, top_k=0, eos_token_id=None, max_new_tokens="
         "min_new_tokens=24)`, full forward passes with full-vocabulary logits + log_softmax at every position for the "
         "policy (log-probs, values) and the reference, the reward model's full forward, then PPO epochs with "
         "full-vocabulary logits at every position and ppo.py's losses.",
         "- generate's sampler draws other tokens than ours from the same distribution, so both PPO phases run on the "
         "SAME rollout tensors (ours). 'other' = truncation, rejection, KL rewards, padding and copying.",
+        "- both paths: TF1Adam (a fused kernel), THP_MEM_ALLOC_ENABLE=1 (2 MiB pages for large CPU tensors).",
         "- peak memory: " + ("torch.cuda.max_memory_allocated, reset before each path." if gpu else
                              "the process's peak RSS during that path's updates (models of both paths stay loaded)."),
     ]
