@@ -262,6 +262,32 @@ def peak_memory(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
+def matmul_flops(config, queries: torch.Tensor, response_length: int, noptepochs: int) -> dict[str, int]:
+    """FLOPs (2 per multiply-add) of one update's matrix products in each path, counted from the GPT-2 shapes.
+
+    A backward pass counts twice its forward. Attention's own products (under 2% at these lengths) and the
+    scalar heads are left out; ours' reward model is counted on untruncated responses (an upper bound).
+    """
+    d, ff, vocab = config.n_embd, config.n_inner or 4 * config.n_embd, config.vocab_size
+    per_token = 2 * config.n_layer * (3 * d * d + d * d + 2 * d * ff)  # qkv, attention output, MLP: one token forward
+    last_block_rest = 2 * (d * d + 2 * d * ff)  # the last block after its qkv, per row
+    head = 2 * d * vocab  # the LM head at one position
+    b, q = queries.shape
+    r = response_length
+    real = int((queries != PAD).sum())  # real query tokens in the batch
+    # reference: generate (prefill with pads, r - 1 decode steps, the head at each new position), full forwards
+    # with full-vocabulary logits at every position (policy, reference, each PPO epoch), the reward model's body
+    full = b * (q + r) * (per_token + head)
+    reference = (b * q + b * (r - 1)) * per_token + b * r * head + 2 * full + b * (q + r) * per_token + noptepochs * 3 * full
+    # ours: the real tokens only; analyze_responses feeds [context, response[:-1]], its last block at r rows each
+    fed = real + b * (r - 1)
+    analyze = fed * per_token - (fed - b * r) * last_block_rest + b * r * head
+    scored = real + b * r
+    reward = scored * per_token - (scored - b) * last_block_rest  # the last block at one row each
+    ours = fed * per_token + b * r * head + analyze + reward + noptepochs * 3 * analyze
+    return {"ours": ours, "reference": reference}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The benchmark
 
@@ -389,6 +415,7 @@ def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, m
     ours_params = [p.detach().clone() for p in models[0].parameters()]
     _, _, ref_stats, _ = one_update("reference", models, queries, args, initial, device, seed, ppo_data=ours)
     checks = check_maths(models, initial, ours, ours_stats, ours_params, ref_stats, args)
+    flops = matmul_flops(models[0].lm.config, queries, args.task.response_length, args.ppo.noptepochs)
     del ours_params
     # ours' rollout is the same in every repeat (same weights, queries and seed): the reference's PPO phase reuses it
     results = {path: {"seconds": [], "cpu": [], "peak": 0, "peak_reset": True} for path in ("ours", "reference")}
@@ -409,7 +436,7 @@ def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, m
         res["phases"]["other"] = res["phases"]["total"] - sum(res["phases"][k] for k in PHASES)
         res["min_total"] = min(s["total"] for s in runs)
         res["cores_used"] = sum(res.pop("cpu")) / sum(s["total"] for s in runs)  # CPU time / wall time
-    return {"size": size, "batch_size": batch_size, "repeats": repeats, "checks": checks, "results": results,
+    return {"size": size, "batch_size": batch_size, "repeats": repeats, "checks": checks, "results": results, "flops": flops,
             "load": (load_before, os.getloadavg()[0]),
             "noptepochs": args.ppo.noptepochs, "whiten_ranks": args.ppo.whiten_ranks,
             "params": sum(p.numel() for p in models[0].parameters())}
@@ -479,6 +506,12 @@ def markdown_report(runs: list[dict], device: torch.device, repeats: int, bf16: 
                          f"{res['reference']['cores_used']:.2f} (reference) of {os.cpu_count()} cores on average "
                          f"(CPU time / wall time; less than {torch.get_num_threads()} means other processes took "
                          f"cores); 1-minute load average {run['load'][0]:.2f} before, {run['load'][1]:.2f} after.")
+        flops, res = run["flops"], run["results"]
+        notes.append(f"- {run['size']}: matrix-product FLOPs per update, counted from the shapes (backward = 2 x forward; "
+                     f"matmul_flops): ours {flops['ours'] / 1e12:.2f} TFLOP, reference {flops['reference'] / 1e12:.2f} "
+                     f"TFLOP, ratio {flops['reference'] / flops['ours']:.2f}x (time ratio "
+                     f"{res['reference']['phases']['total'] / res['ours']['phases']['total']:.2f}x); ours ran them at "
+                     f"{flops['ours'] / res['ours']['phases']['total'] / 1e9:.0f} GFLOP/s.")
         notes.append(f"- maths check, {run['size']} ({run['params'] / 1e6:.1f}M parameters), warm-up update on the same "
                      f"rollout, max |ours - reference|: {checks}.")
     return "\n".join(lines + notes) + "\n"

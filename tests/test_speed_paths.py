@@ -113,3 +113,17 @@ def test_ppo_update_is_the_same(tiny_model_dir):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-3)
     for a, b in zip(u_ours, u_plain):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-3)
+
+
+def test_matmul_flops_by_hand():
+    # 1 block, d 2, MLP 8, vocabulary 3: a token's forward 2 * (12 + 4 + 32) = 96, the last block after qkv 72,
+    # the head 12. One query [5, PAD] (1 real token), 2 response tokens, 1 PPO epoch.
+    from transformers import GPT2Config
+
+    config = GPT2Config(n_layer=1, n_embd=2, n_inner=8, vocab_size=3, n_head=1)
+    flops = speed.matmul_flops(config, torch.tensor([[5, PAD]]), response_length=2, noptepochs=1)
+    # reference: generate (2 + 1) * 96 + 2 * 12 = 312; full forward 4 * (96 + 12) = 432, twice; reward 4 * 96;
+    # one epoch 3 * 432
+    assert flops["reference"] == 312 + 2 * 432 + 384 + 3 * 432
+    # ours: sample (1 + 1) * 96 + 2 * 12 = 216; analyze 2 * 96 - 0 * 72 + 2 * 12 = 216; reward 3 * 96 - 2 * 72 = 144
+    assert flops["ours"] == 216 + 216 + 144 + 3 * 216
