@@ -44,8 +44,11 @@ class KVCache:
     def __init__(self, base: nn.Module, batch: int, width: int, like: torch.Tensor):
         attn = base.h[0].attn
         shape = (len(base.h), batch, attn.num_heads, width, attn.head_dim)
-        self.keys = like.new_zeros(shape)
-        self.values = like.new_zeros(shape)
+        device = like.device.type
+        # the dtype the blocks' linear layers produce: autocast's (--bf16) when it is on, else the weights'
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else like.dtype
+        self.keys = like.new_zeros(shape, dtype=dtype)
+        self.values = like.new_zeros(shape, dtype=dtype)
 
 
 def packed_hidden(base: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,

@@ -8,7 +8,7 @@ import torch
 
 import train_policy
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.model import Policy, load_lm
+from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam
 
 PAD = 50257
@@ -153,3 +153,23 @@ def test_bf16_autocast_keeps_the_maths_close(tiny_model_dir):
         results.append(stats[0])
     assert results[0]["policy/entropy"] == pytest.approx(results[1]["policy/entropy"], rel=0.05)
     assert results[0]["loss/value"] == pytest.approx(results[1]["loss/value"], rel=0.05)
+
+
+def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
+    # --bf16 wraps the rollout too: the KV cache holds bfloat16 keys and values; log-probs, values and rewards
+    # stay near the fp32 computation of the same tokens
+    torch.manual_seed(0)
+    policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
+    torch.nn.init.normal_(policy.head.weight, std=0.1)
+    reward_model = RewardModel(load_lm(str(tiny_model_dir)), PAD)
+    contexts = torch.tensor([[464, 3290, PAD, PAD, 318, 13], [40, 588, 13, PAD, PAD, PAD]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = policy.sample(contexts, 6, generator=torch.Generator().manual_seed(0))
+        scores = reward_model.score(contexts, out["responses"])
+    with torch.no_grad():
+        fp32 = policy.analyze_responses(contexts, out["responses"])
+        fp32_scores = reward_model.score(contexts, out["responses"])
+    assert out["responses"].shape == (2, 6)
+    torch.testing.assert_close(out["logprobs"], fp32["logprobs"], atol=0.1, rtol=0.02)
+    torch.testing.assert_close(out["values"], fp32["values"], atol=0.05, rtol=0.05)
+    torch.testing.assert_close(scores, fp32_scores, atol=0.05, rtol=0.05)
