@@ -349,14 +349,15 @@ class Policy(LMWithHead):
         else:  # another causal LM: its own forward and cache
             out = base(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions, use_cache=True)
             h = out.last_hidden_state.gather(1, last[..., None].expand(-1, -1, out.last_hidden_state.shape[-1]))[:, 0]
-            state = {"past": out.past_key_values, "attn": mask.long()}
+            past, attn = out.past_key_values, mask.long()
             next_position = mask.sum(1, keepdim=True)  # [b, 1]: real tokens so far
 
             def advance(token: torch.Tensor, step: int) -> torch.Tensor:
-                state["attn"] = torch.cat([state["attn"], torch.ones_like(token)], dim=1)
-                out = base(input_ids=token, attention_mask=state["attn"], position_ids=next_position + step,
-                           past_key_values=state["past"], use_cache=True)
-                state["past"] = out.past_key_values
+                nonlocal past, attn
+                attn = torch.cat([attn, torch.ones_like(token)], dim=1)
+                out = base(input_ids=token, attention_mask=attn, position_ids=next_position + step,
+                           past_key_values=past, use_cache=True)
+                past = out.past_key_values
                 return out.last_hidden_state[:, -1]
         head = self.lm.get_output_embeddings()
         responses, logprobs, values = [], [], []
