@@ -31,7 +31,7 @@ class TF1Adam(torch.optim.Optimizer):
                 t = steps + 1
                 # torch._fused_adam_ (what torch.optim.Adam(fused=True) runs) steps
                 #   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps'),
-                # which with eps' = eps / sqrt(1 - b2^t) is TF-1's lr_t * m / (sqrt(v) + eps) exactly
+                # which with eps' = eps / sqrt(1 - b2^t) is TF-1's lr_t * m / (sqrt(v) + eps), up to float rounding
                 step_tensor = torch.tensor(float(t), device=ps[0].device)
                 torch._fused_adam_(
                     ps, [p.grad for p in ps], [self.state[p]["m"] for p in ps], [self.state[p]["v"] for p in ps], [],
