@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from lm_human_preference_details import offline
 from lm_human_preference_details.cli import UserError, run_main
 from lm_human_preference_details.data import QuerySampler, format_queries
+from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir, pick_device, save_model_dir
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.ppo import (
@@ -158,7 +159,7 @@ def get_reward_model(args: Args, tokenizer, device) -> tuple[RewardModel, dict]:
         # OAI lm_human_preferences/train_policy.py: train, rewards.train_new_model (same task, run directory)
         reward_args = train_reward.build_args(args.task_name)
         reward_args = dataclasses.replace(reward_args, task=args.task, base_model=args.base_model, seed=args.seed,
-                                          device=args.device, tf32=args.tf32, track=args.track, wandb_project=args.wandb_project,
+                                          device=args.device, tf32=args.tf32, compile=args.compile, track=args.track, wandb_project=args.wandb_project,
                                           wandb_entity=args.wandb_entity, micro_batch_size=args.micro_batch_size,
                                           output_dir=str(Path(args.output_dir) / "reward"))
         path = train_reward.train(reward_args.finalize())
@@ -208,7 +209,7 @@ def minibatch_indices(batch_size: int, args: Args) -> list[torch.Tensor]:
 def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], args: Args) -> list[dict[str, float]]:
     """Phase 5: noptepochs epochs of PPO minibatch steps; returns each minibatch's stats."""
     ppo = args.ppo
-    stats = []
+    stats: list[dict[str, torch.Tensor]] = []  # kept on the device until the end: a GPU never waits for a log line
     for _ in range(ppo.noptepochs):
         for mb in minibatch_indices(len(data["responses"]), args):
             # E5: whitening and GAE per minibatch, in groups of the original's per-rank size
@@ -216,7 +217,7 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                 data["rewards"][mb], data["values"][mb], gamma=ppo.gamma, lam=ppo.lam,
                 whiten_group_size=args.rank_minibatch_size, whiten_rewards=ppo.whiten_rewards)
             optimizer.zero_grad(set_to_none=True)
-            mb_stats: dict[str, float] = {}
+            mb_stats: dict[str, torch.Tensor] = {}
             micro = args.micro_batch_size or len(mb)
             for i in range(0, len(mb), micro):
                 idx, part = mb[i : i + micro], slice(i, i + micro)
@@ -233,15 +234,16 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                     "val/vpred": out["values"].mean(), "val/error": ((out["values"] - returns[part]) ** 2).mean(),
                     "val/clipfrac": vf_clipfrac,
                 }.items():
-                    mb_stats[k] = mb_stats.get(k, 0.0) + weight * float(v.detach())
+                    mb_stats[k] = mb_stats.get(k, 0.0) + weight * v.detach().float()
             optimizer.step()
             # each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged
             groups = len(mb) // args.rank_minibatch_size
-            rank_var = lambda x: x.reshape(groups, -1).var(dim=1, unbiased=False).mean().item()  # noqa: E731
-            mb_stats.update({"returns/mean": returns.mean().item(), "returns/var": rank_var(returns),
-                             "val/mean": data["values"][mb].mean().item(), "val/var": rank_var(data["values"][mb])})
+            rank_var = lambda x: x.reshape(groups, -1).var(dim=1, unbiased=False).mean()  # noqa: E731
+            mb_stats.update({"returns/mean": returns.mean(), "returns/var": rank_var(returns),
+                             "val/mean": data["values"][mb].mean(), "val/var": rank_var(data["values"][mb])})
             stats.append(mb_stats)
-    return stats
+    values = torch.stack([torch.stack(list(s.values())) for s in stats]).tolist()  # one copy to the host per update
+    return [dict(zip(s, v)) for s, v in zip(stats, values)]
 
 
 def update_stats(data: dict[str, torch.Tensor], train_stats: list[dict[str, float]], kl_coef: float, update: int,
@@ -294,6 +296,7 @@ def train(args: Args) -> dict:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = pick_device(args.device, args.tf32)
+    compile_blocks(args.compile)
     # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
     run_dir = Path(args.output_dir)

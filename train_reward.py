@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from lm_human_preference_details.cli import UserError, run_main
 from lm_human_preference_details.data import QuerySampler, fetch_labels, format_queries
+from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, pick_device, save_model_dir
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.tasks import LabelHParams, RunArgs, TaskHParams, copy_preset, parse_args, prepare_task_assets
@@ -167,6 +168,7 @@ def train(args: Args) -> Path:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = pick_device(args.device, args.tf32)
+    compile_blocks(args.compile)
     run_dir = Path(args.output_dir)
     prepare_task_assets(args.task_name)
 

@@ -2,11 +2,11 @@
 
     python benchmarks/speed.py                                        # CPU: tiny at batch 64, 124M at batch 8
     python benchmarks/speed.py --sizes 124m --batch-size 8 --repeats 2 --out runs/speed_cpu.md
-    python benchmarks/speed.py --device cuda --batch-size 512 --out runs/speed_gpu.md
-    python benchmarks/speed.py --device cuda --batch-size 512 --bf16 --out runs/speed_gpu_bf16.md
+    python benchmarks/speed.py --device cuda --batch-size 512 --reference-micro-batch-size 128 --out runs/speed_gpu.md
+    python benchmarks/speed.py --device cuda --batch-size 512 --reference-micro-batch-size 128 --bf16 --out runs/speed_gpu_bf16.md
 
 --bf16 (bfloat16 autocast) and --no-tf32 mean what they mean for train_policy.py and apply to both paths;
-train_policy.py has no torch.compile option, so neither has this benchmark.
+--compile is train_policy.py's --compile, for ours (the reference runs Hugging Face's own forward).
 
 Both updates run in this process at the sentiment shape (query 64, response 24, 4 PPO epochs, 1 minibatch),
 from the same initial weights, on the same queries, with the same seed:
@@ -56,6 +56,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: train_policy.py sits at the repository root
 
 import train_policy  # noqa: E402
+from lm_human_preference_details.gpt2 import compile_blocks  # noqa: E402
 from lm_human_preference_details.model import Policy, RewardModel, pick_device  # noqa: E402
 from lm_human_preference_details.optim import TF1Adam  # noqa: E402
 from lm_human_preference_details.ppo import (  # noqa: E402
@@ -403,17 +404,26 @@ def check_maths(models, initial: dict, ours: dict, ours_stats: list, ours_params
 
 
 def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, micro_batch_size: int,
-               seed: int, bf16: bool = False) -> dict:
-    """Warm up both paths once (checking their maths), then time `repeats` updates of each, alternating."""
+               seed: int, bf16: bool = False, reference_micro_batch_size: Optional[int] = None,
+               compile: bool = False) -> dict:
+    """Warm up both paths once (checking their maths), then time `repeats` updates of each, alternating.
+
+    ``reference_micro_batch_size`` (default: ``micro_batch_size``) lets the reference's full-vocabulary logits fit
+    in memory; ``compile`` runs ours with --compile (the reference is Hugging Face's own forward).
+    """
     load_before = os.getloadavg()[0]
+    compile_blocks(compile)  # as train_policy.train does; the warm-up update below pays for the compilation
     args = benchmark_args(batch_size, micro_batch_size, bf16)
+    path_args = {"ours": args, "reference": copy.copy(args)}
+    if reference_micro_batch_size is not None:
+        path_args["reference"].micro_batch_size = reference_micro_batch_size
     models = build_models(size, args.task.temperature, device, seed)
     initial = {k: v.detach().clone() for k, v in models[0].state_dict().items()}
     queries = make_queries(batch_size, args.task.query_length).to(device)
     print(f"[{size}] batch {batch_size}: warm-up and maths check ...", file=sys.stderr, flush=True)
     ours, _, ours_stats, _ = one_update("ours", models, queries, args, initial, device, seed)
     ours_params = [p.detach().clone() for p in models[0].parameters()]
-    _, _, ref_stats, _ = one_update("reference", models, queries, args, initial, device, seed, ppo_data=ours)
+    _, _, ref_stats, _ = one_update("reference", models, queries, path_args["reference"], initial, device, seed, ppo_data=ours)
     checks = check_maths(models, initial, ours, ours_stats, ours_params, ref_stats, args)
     flops = matmul_flops(models[0].lm.config, queries, args.task.response_length, args.ppo.noptepochs)
     del ours_params
@@ -422,7 +432,7 @@ def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, m
     for r in range(repeats):
         for path in ("ours", "reference") if r % 2 == 0 else ("reference", "ours"):
             results[path]["peak_reset"] &= reset_peak_memory(device)
-            _, _, _, timer = one_update(path, models, queries, args, initial, device, seed,
+            _, _, _, timer = one_update(path, models, queries, path_args[path], initial, device, seed,
                                         ppo_data=ours if path == "reference" else None)
             results[path]["peak"] = max(results[path]["peak"], peak_memory(device))
             results[path]["seconds"].append(timer.seconds)
@@ -438,7 +448,8 @@ def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, m
         res["cores_used"] = sum(res.pop("cpu")) / sum(s["total"] for s in runs)  # CPU time / wall time
     return {"size": size, "batch_size": batch_size, "repeats": repeats, "checks": checks, "results": results, "flops": flops,
             "load": (load_before, os.getloadavg()[0]),
-            "noptepochs": args.ppo.noptepochs, "whiten_ranks": args.ppo.whiten_ranks,
+            "noptepochs": args.ppo.noptepochs, "whiten_ranks": args.ppo.whiten_ranks, "compile": compile,
+            "micro": {path: a.micro_batch_size for path, a in path_args.items()},
             "params": sum(p.numel() for p in models[0].parameters())}
 
 
@@ -512,6 +523,9 @@ def markdown_report(runs: list[dict], device: torch.device, repeats: int, bf16: 
                      f"TFLOP, ratio {flops['reference'] / flops['ours']:.2f}x (time ratio "
                      f"{res['reference']['phases']['total'] / res['ours']['phases']['total']:.2f}x); ours ran them at "
                      f"{flops['ours'] / res['ours']['phases']['total'] / 1e9:.0f} GFLOP/s.")
+        micro = ", ".join(f"{path} {m or 'whole batch'}" for path, m in run["micro"].items())
+        notes.append(f"- {run['size']}: episodes per forward pass: {micro}" + ("; ours with --compile (torch.compile)."
+                                                                             if run["compile"] else "."))
         notes.append(f"- maths check, {run['size']} ({run['params'] / 1e6:.1f}M parameters), warm-up update on the same "
                      f"rollout, max |ours - reference|: {checks}.")
     return "\n".join(lines + notes) + "\n"
@@ -527,6 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default auto: cuda if available)")
     p.add_argument("--micro-batch-size", type=int, default=0,
                    help="episodes per forward pass in both paths, to fit memory (default 0: the whole batch)")
+    p.add_argument("--reference-micro-batch-size", type=int, default=None,
+                   help="episodes per forward pass in the reference path only (default: --micro-batch-size); its "
+                        "full-vocabulary logits of 512 episodes do not fit in 80 GB")
+    p.add_argument("--compile", action="store_true", help="ours with train_policy.py --compile (torch.compile)")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast around the rollout and the PPO epochs of both paths (train_policy.py --bf16)")
     p.add_argument("--no-tf32", action="store_true", help="on CUDA, full fp32 matmuls (train_policy.py --no-tf32)")
@@ -544,7 +562,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         batch_sizes = args.batch_size * len(args.sizes) if len(args.batch_size) == 1 else args.batch_size
     else:
         build_parser().error(f"--batch-size takes one value or one per size ({len(args.sizes)})")
-    runs = [bench_size(s, b, args.repeats, device, args.micro_batch_size, args.seed, args.bf16)
+    for b in batch_sizes:
+        for micro in (args.micro_batch_size, args.reference_micro_batch_size):
+            if micro and b % micro:
+                build_parser().error(f"a micro-batch size ({micro}) must divide the batch size ({b})")
+    runs = [bench_size(s, b, args.repeats, device, args.micro_batch_size, args.seed, args.bf16,
+                       args.reference_micro_batch_size, args.compile)
             for s, b in zip(args.sizes, batch_sizes)]
     report = markdown_report(runs, device, args.repeats, args.bf16)
     print(report)

@@ -38,6 +38,22 @@ def mlp(base: nn.Module, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return block.mlp.c_proj(h)
 
 
+def block_tail(base: nn.Module, block: nn.Module, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """A block after its attention: [m, d] residual stream and [m, d] attention heads -> [m, d] block output."""
+    x = x + block.attn.c_proj(o)
+    return x + mlp(base, block, block.ln_2(x))
+
+
+_block_tail = block_tail  # what the forward passes call: block_tail itself, or its compiled form (compile_blocks)
+
+
+def compile_blocks(enabled: bool) -> None:
+    """Run `block_tail` through torch.compile (its layer norm, GELU and residual adds fused) or not; same maths."""
+    global _block_tail
+    # dynamic: the number of rows changes with every batch's real tokens; one graph serves all blocks and sizes
+    _block_tail = torch.compile(block_tail, dynamic=True) if enabled else block_tail
+
+
 class KVCache:
     """Preallocated keys and values of every block, [layers, b, heads, width, head_dim] each, left-aligned layout."""
 
@@ -87,8 +103,7 @@ def packed_hidden(base: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, 
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=attn.scaling)  # [b, h, s, hd]
             o = o.transpose(1, 2).reshape(b * s, -1)  # [b * s, d]
             x = x.index_select(0, read_rows)  # [b * s, d]
-        x = x + attn.c_proj(o)
-        x = x + mlp(base, block, block.ln_2(x))
+        x = _block_tail(base, block, x, o)
     return base.ln_f(x).view(b, s, -1)  # [b, s, d]
 
 
@@ -107,6 +122,5 @@ def decode_step(base: nn.Module, tokens: torch.Tensor, columns: torch.Tensor, ca
         cache.keys[i, rows, :, columns], cache.values[i, rows, :, columns] = k, v
         o = F.scaled_dot_product_attention(q[:, :, None], cache.keys[i], cache.values[i], attn_mask=visible,
                                            scale=attn.scaling)  # [b, h, 1, hd]
-        x = x + attn.c_proj(o.reshape(b, -1))
-        x = x + mlp(base, block, block.ln_2(x))
+        x = _block_tail(base, block, x, o.reshape(b, -1))
     return base.ln_f(x)  # [b, d]

@@ -26,6 +26,8 @@ class RunArgs:
     """torch device: auto (cuda if available), cpu, cuda, cuda:1 ..."""
     tf32: bool = True
     """TF32 matmuls on CUDA (a numerics deviation from the original's fp32, README); --no-tf32 for full fp32"""
+    compile: bool = False
+    """torch.compile the GPT-2 blocks' layer norms, GELU and residual adds (same maths; compiles for ~1 min first)"""
     track: bool = False
     """also log to Weights & Biases"""
     wandb_project: str = "lm-human-preferences"

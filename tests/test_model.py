@@ -301,3 +301,38 @@ def test_sample_step_draws_from_the_scaled_softmax_and_returns_its_logprob():
     chi2 = ((counts[keep] - n * probs[keep]) ** 2 / (n * probs[keep])).sum().item()
     dof = int(keep.sum()) - 1
     assert chi2 < dof + 6 * math.sqrt(2 * dof)
+
+
+def test_logprob_chunk_rows():
+    from lm_human_preference_details.model import GPU_CHUNK_ELEMENTS, logprob_chunk_rows
+
+    assert logprob_chunk_rows(50257, torch.device("cpu")) == 64
+    # a GPU: 512 MiB of float32 logits per chunk, 2**27 // 50257 = 2670 rows (never fewer than 64)
+    assert GPU_CHUNK_ELEMENTS == 2**27 and logprob_chunk_rows(50257, torch.device("cuda")) == 2670
+    assert logprob_chunk_rows(2**22, torch.device("cuda")) == 64
+
+
+def test_compiled_blocks_give_the_same_numbers_and_gradients(policy):
+    # --compile: torch.compile of gpt2.block_tail (layer norm, GELU, residual adds) changes no number beyond rounding
+    from lm_human_preference_details.gpt2 import compile_blocks
+
+    contexts = torch.tensor([[464, 3290, PAD, PAD, 318, 13], [40, 588, 13, PAD, PAD, PAD]])
+    responses = torch.tensor([[383, 13, 257, 11], [50256, 13, 13, 40]])
+    params = list(policy.lm.parameters())
+    results = []
+    for compiled in (False, True):
+        compile_blocks(compiled)
+        try:
+            out = policy.analyze_responses(contexts, responses)
+            grads = torch.autograd.grad(out["logprobs"].sum() + out["values"].sum(), params)
+            sampled = policy.sample(contexts, length=5, generator=torch.Generator().manual_seed(2))
+        finally:
+            compile_blocks(False)
+        results.append((out, grads, sampled))
+    (eager, eager_grads, eager_sampled), (compiled, compiled_grads, compiled_sampled) = results
+    for k in ("logprobs", "values"):
+        torch.testing.assert_close(compiled[k], eager[k], atol=1e-5, rtol=1e-5)
+    for a, b in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert torch.equal(compiled_sampled["responses"], eager_sampled["responses"])
+    torch.testing.assert_close(compiled_sampled["logprobs"], eager_sampled["logprobs"], atol=1e-5, rtol=1e-5)
