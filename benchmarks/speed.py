@@ -2,11 +2,12 @@
 
     python benchmarks/speed.py                                        # CPU: tiny at batch 64, 124M at batch 8
     python benchmarks/speed.py --sizes 124m --batch-size 8 --repeats 2 --out runs/speed_cpu.md
-    python benchmarks/speed.py --device cuda --batch-size 512 --reference-micro-batch-size 128 --out runs/speed_gpu.md
-    python benchmarks/speed.py --device cuda --batch-size 512 --reference-micro-batch-size 128 --bf16 --out runs/speed_gpu_bf16.md
+    python benchmarks/speed.py --device cuda --batch-size 512 --out runs/speed_gpu.md
+    python benchmarks/speed.py --device cuda --batch-size 512 --bf16 --out runs/speed_gpu_bf16.md
 
 --bf16 (bfloat16 autocast) and --no-tf32 mean what they mean for train_policy.py and apply to both paths;
---compile is train_policy.py's --compile, for ours (the reference runs Hugging Face's own forward).
+--compile is train_policy.py's --compile, for ours (the reference runs Hugging Face's own forward). On a GPU
+the reference runs 128 episodes per forward pass (--reference-micro-batch-size): at 512 it runs out of 80 GB.
 
 Both updates run in this process at the sentiment shape (query 64, response 24, 4 PPO epochs, 1 minibatch),
 from the same initial weights, on the same queries, with the same seed:
@@ -72,6 +73,7 @@ SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
 }
 PHASES = {"sample": "sample", "policy": "policy fwd", "reference": "reference fwd", "score": "reward fwd", "ppo": "PPO"}
 EPISODES_PER_RUN = 1_000_000  # launch.py: ppo.total_episodes of the sentiment task
+REFERENCE_GPU_MICRO_BATCH = 128  # the reference's episodes per forward pass on a GPU (512 ran out of an H100's 80 GB)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -531,6 +533,15 @@ def markdown_report(runs: list[dict], device: torch.device, repeats: int, bf16: 
     return "\n".join(lines + notes) + "\n"
 
 
+def default_reference_micro_batch(device: torch.device, batch_size: int, micro_batch_size: int) -> int:
+    """The reference's episodes per forward pass: ``micro_batch_size`` when set; else on a GPU
+    REFERENCE_GPU_MICRO_BATCH when the batch is a larger multiple of it; else 0 (the whole batch)."""
+    n = REFERENCE_GPU_MICRO_BATCH
+    if micro_batch_size or device.type != "cuda" or batch_size <= n or batch_size % n:
+        return micro_batch_size
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="speed.py", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -542,8 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch-size", type=int, default=0,
                    help="episodes per forward pass in both paths, to fit memory (default 0: the whole batch)")
     p.add_argument("--reference-micro-batch-size", type=int, default=None,
-                   help="episodes per forward pass in the reference path only (default: --micro-batch-size); its "
-                        "full-vocabulary logits of 512 episodes do not fit in 80 GB")
+                   help=f"episodes per forward pass in the reference path only (default: --micro-batch-size, or when "
+                        f"that is 0, on a GPU, {REFERENCE_GPU_MICRO_BATCH} for a batch that is a larger multiple of it: "
+                        f"the full-vocabulary logits of 512 episodes do not fit in 80 GB)")
     p.add_argument("--compile", action="store_true", help="ours with train_policy.py --compile (torch.compile)")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast around the rollout and the PPO epochs of both paths (train_policy.py --bf16)")
@@ -562,13 +574,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         batch_sizes = args.batch_size * len(args.sizes) if len(args.batch_size) == 1 else args.batch_size
     else:
         build_parser().error(f"--batch-size takes one value or one per size ({len(args.sizes)})")
-    for b in batch_sizes:
-        for micro in (args.micro_batch_size, args.reference_micro_batch_size):
+    runs = []
+    for size, b in zip(args.sizes, batch_sizes):
+        reference_micro = args.reference_micro_batch_size
+        if reference_micro is None:
+            reference_micro = default_reference_micro_batch(device, b, args.micro_batch_size)
+        for micro in (args.micro_batch_size, reference_micro):
             if micro and b % micro:
                 build_parser().error(f"a micro-batch size ({micro}) must divide the batch size ({b})")
-    runs = [bench_size(s, b, args.repeats, device, args.micro_batch_size, args.seed, args.bf16,
-                       args.reference_micro_batch_size, args.compile)
-            for s, b in zip(args.sizes, batch_sizes)]
+        runs.append(bench_size(size, b, args.repeats, device, args.micro_batch_size, args.seed, args.bf16,
+                               reference_micro, args.compile))
     report = markdown_report(runs, device, args.repeats, args.bf16)
     print(report)
     if args.out:

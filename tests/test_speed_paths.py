@@ -127,3 +127,14 @@ def test_matmul_flops_by_hand():
     assert flops["reference"] == 312 + 2 * 432 + 384 + 3 * 432
     # ours: sample (1 + 1) * 96 + 2 * 12 = 216; analyze 2 * 96 - 0 * 72 + 2 * 12 = 216; reward 3 * 96 - 2 * 72 = 144
     assert flops["ours"] == 216 + 216 + 144 + 3 * 216
+
+
+def test_default_reference_micro_batch():
+    # on a GPU the reference's full-vocabulary logits of 512 episodes ran out of 80 GB: 128 per forward pass there
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert speed.default_reference_micro_batch(cuda, 512, 0) == 128
+    assert speed.default_reference_micro_batch(cuda, 512, 64) == 64  # --micro-batch-size, when given, for both
+    assert speed.default_reference_micro_batch(cuda, 128, 0) == 0  # one forward pass of 128 already
+    assert speed.default_reference_micro_batch(cuda, 200, 8) == 8  # 128 does not divide 200
+    assert speed.default_reference_micro_batch(cpu, 512, 0) == 0
+    assert speed.default_reference_micro_batch(cpu, 64, 16) == 16
