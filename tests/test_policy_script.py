@@ -173,3 +173,30 @@ def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
     torch.testing.assert_close(out["logprobs"], fp32["logprobs"], atol=0.1, rtol=0.02)
     torch.testing.assert_close(out["values"], fp32["values"], atol=0.05, rtol=0.05)
     torch.testing.assert_close(scores, fp32_scores, atol=0.05, rtol=0.05)
+
+
+def test_run_options_reach_the_reward_model_run(monkeypatch):
+    # --compile, --device, --no-tf32, --micro-batch-size: train_policy.py trains its reward model with the same options
+    import train_reward
+    from lm_human_preference_details.tasks import parse_args
+
+    argv = ["--task", "sentiment", "--compile", "--no-tf32", "--device", "cpu", "--micro-batch-size", "16"]
+    args = parse_args(train_policy.build_args, "test", argv).finalize()
+    assert (args.compile, args.tf32, args.device, args.micro_batch_size) == (True, False, "cpu", 16)
+    assert parse_args(train_reward.build_args, "test", ["--compile"]).compile is True
+    assert parse_args(train_policy.build_args, "test", []).compile is False
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(reward_args):
+        seen["args"] = reward_args
+        raise Stop
+
+    monkeypatch.setattr(train_reward, "train", fake_train)
+    with pytest.raises(Stop):
+        train_policy.get_reward_model(args, tokenizer=None, device="cpu")
+    reward_args = seen["args"]
+    assert (reward_args.compile, reward_args.tf32, reward_args.device, reward_args.micro_batch_size) == (True, False, "cpu", 16)
+    assert reward_args.output_dir.endswith("policy_sentiment_seed1/reward")
