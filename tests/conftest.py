@@ -34,3 +34,21 @@ def assets(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(assets) -> Path:
     return assets / "tiny-gpt2"
+
+
+@pytest.fixture()
+def eager_and_compiled():
+    """A function that runs ``fn()`` once with the plain GPT-2 blocks and once with --compile's -> (eager, compiled)."""
+    from lm_human_preference_details.gpt2 import compile_blocks
+
+    def run(fn):
+        results = []
+        for compiled in (False, True):
+            compile_blocks(compiled)
+            try:
+                results.append(fn())
+            finally:
+                compile_blocks(False)
+        return tuple(results)
+
+    return run

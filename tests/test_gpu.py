@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, logprob_chunk_rows, response_logprobs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -94,21 +93,18 @@ def test_cuda_bf16_autocast_stays_close_to_fp32(policies):
     torch.testing.assert_close(half["values"], out["values"], atol=0.05, rtol=0.05)
 
 
-def test_cuda_compiled_blocks_give_the_same_numbers_and_gradients(policies, full_fp32):
+def test_cuda_compiled_blocks_give_the_same_numbers_and_gradients(policies, full_fp32, eager_and_compiled):
     # --compile on the GPU: Triton kernels for block_tail, the same numbers and gradients as eager
     _, gpu = policies
     contexts = torch.tensor(CONTEXTS).cuda()
     responses = torch.randint(0, PAD, (3, 6), generator=torch.Generator().manual_seed(0)).cuda()
     params = list(gpu.lm.parameters())
-    results = []
-    for compiled in (False, True):
-        compile_blocks(compiled)
-        try:
-            out = gpu.analyze_responses(contexts, responses)
-            results.append((out, torch.autograd.grad(out["logprobs"].sum() + out["values"].sum(), params)))
-        finally:
-            compile_blocks(False)
-    (eager, eager_grads), (compiled, compiled_grads) = results
+
+    def run():
+        out = gpu.analyze_responses(contexts, responses)
+        return out, torch.autograd.grad(out["logprobs"].sum() + out["values"].sum(), params)
+
+    (eager, eager_grads), (compiled, compiled_grads) = eager_and_compiled(run)
     for k in ("logprobs", "values"):
         torch.testing.assert_close(compiled[k], eager[k], atol=1e-5, rtol=1e-5)
     for a, b in zip(compiled_grads, eager_grads):

@@ -312,24 +312,18 @@ def test_logprob_chunk_rows():
     assert logprob_chunk_rows(2**22, torch.device("cuda")) == 64
 
 
-def test_compiled_blocks_give_the_same_numbers_and_gradients(policy):
+def test_compiled_blocks_give_the_same_numbers_and_gradients(policy, eager_and_compiled):
     # --compile: torch.compile of gpt2.block_tail (layer norm, GELU, residual adds) changes no number beyond rounding
-    from lm_human_preference_details.gpt2 import compile_blocks
-
     contexts = torch.tensor([[464, 3290, PAD, PAD, 318, 13], [40, 588, 13, PAD, PAD, PAD]])
     responses = torch.tensor([[383, 13, 257, 11], [50256, 13, 13, 40]])
     params = list(policy.lm.parameters())
-    results = []
-    for compiled in (False, True):
-        compile_blocks(compiled)
-        try:
-            out = policy.analyze_responses(contexts, responses)
-            grads = torch.autograd.grad(out["logprobs"].sum() + out["values"].sum(), params)
-            sampled = policy.sample(contexts, length=5, generator=torch.Generator().manual_seed(2))
-        finally:
-            compile_blocks(False)
-        results.append((out, grads, sampled))
-    (eager, eager_grads, eager_sampled), (compiled, compiled_grads, compiled_sampled) = results
+
+    def run():
+        out = policy.analyze_responses(contexts, responses)
+        grads = torch.autograd.grad(out["logprobs"].sum() + out["values"].sum(), params)
+        return out, grads, policy.sample(contexts, length=5, generator=torch.Generator().manual_seed(2))
+
+    (eager, eager_grads, eager_sampled), (compiled, compiled_grads, compiled_sampled) = eager_and_compiled(run)
     for k in ("logprobs", "values"):
         torch.testing.assert_close(compiled[k], eager[k], atol=1e-5, rtol=1e-5)
     for a, b in zip(compiled_grads, eager_grads):
