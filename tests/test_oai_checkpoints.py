@@ -1,9 +1,12 @@
-"""OpenAI's TF checkpoints: our reader and converter against a checkpoint TensorFlow wrote (tests/fixtures/oai_tiny_run).
+"""OpenAI's TF checkpoints: our reader and converter against a run the original repository's own code wrote.
 
-The fixture and its expected outputs were made by tests/fixtures/make_oai_checkpoint.py with tensorflow-cpu 2.21
-(tf.compat.v1 graph mode, a transcription of the original's forward pass under its variable names). Tolerance 1e-5
-absolute: both sides compute in float32 with a different order of operations (TF's E[x^2] - E[x]^2 layer norm and
--1e10 attention mask against PyTorch's); the measured difference is about 1.5e-6 on logits of size up to 3.5.
+tests/fixtures/oai_tiny_run was made by tests/fixtures/make_oai_checkpoint.py, which imports and runs
+openai/lm-human-preferences (the commit is expected.json's made_by) under tensorflow-cpu 2.21 with tf.compat.v1 shims:
+its train_policy.train (reward model training first) saved the run, and its own loading code (Policy as sample.py
+loads it, TrainedRewardModel as train_policy.py does) computed the logits, values, log-probs and rewards stored there.
+Tolerance 1e-5 absolute: both sides compute in float32 with a different order of operations (TF's E[x^2] - E[x]^2
+layer norm and -1e10 attention mask against PyTorch's); the largest difference measured is 1.5e-6 (LM
+logits of size up to 3.5; rewards 1.2e-6, response log-probs 1.4e-6, values 1.2e-7).
 """
 
 from __future__ import annotations
@@ -51,12 +54,13 @@ def test_block_entries_share_key_prefixes():
 def test_reader_lists_what_tensorflow_lists(kind):
     ckpt = oc.TFCheckpoint(oc.latest_checkpoint(FIXTURE / kind))
     assert ckpt.shapes() == {name: shape for name, shape in EXPECTED[kind]["variables"]}
-    assert ckpt.read("reward_model/reward_norm/gain") == pytest.approx(1.7)
+    # train_reward.py's checkpoint holds the trained reward model; train_policy.py's the score model loaded from it
+    assert ckpt.read("reward_model/reward_norm/gain") == pytest.approx(EXPECTED["reward_model"]["gain"])
     assert ckpt.read("reward_model/model/h1/attn/c_attn/w").shape == (1, 8, 24)
 
 
 def test_latest_checkpoint_follows_the_checkpoint_file():
-    assert oc.latest_checkpoint(FIXTURE / "policy") == FIXTURE / "policy" / "checkpoints" / "model.ckpt-3"
+    assert oc.latest_checkpoint(FIXTURE / "policy") == FIXTURE / "policy" / "checkpoints" / EXPECTED["policy"]["checkpoint"]
     prefix = FIXTURE / "reward_model" / "checkpoints" / "model.ckpt"
     assert oc.latest_checkpoint(prefix) == prefix
     with pytest.raises(UserError, match="holds no TensorFlow checkpoint"):
@@ -73,23 +77,35 @@ def test_hf_names():
     assert oc.hf_gpt2_name("ln_1/g") is None  # a block's layer norm outside a block
 
 
-def test_converted_policy_gives_tensorflows_logits_and_values(tmp_path):
+def test_converted_policy_gives_the_originals_logits_values_and_logprobs(tmp_path):
     out = oc.convert_model_dir(FIXTURE / "policy", "policy", tmp_path / "policy")
-    policy, tokenizer, hparams = load_model_dir(out, "policy", temperature=1.0)
+    temperature = EXPECTED["task"]["policy"]["temperature"]
+    policy, tokenizer, hparams = load_model_dir(out, "policy", temperature=temperature)
     assert hparams["oai_model_hparams"]["n_layer"] == 2
-    with torch.no_grad():
-        logits, values = policy(fixture_tokens(tokenizer.pad_token_id))
+    tokens = fixture_tokens(tokenizer.pad_token_id)
+    with torch.no_grad():  # the original's Policy.step_core: logits and values at every position
+        logits, values = policy(tokens)
     torch.testing.assert_close(logits, torch.tensor(EXPECTED["policy"]["lm_logits"]), atol=TOL, rtol=0)
     torch.testing.assert_close(values, torch.tensor(EXPECTED["policy"]["values"]), atol=TOL, rtol=0)
+    with torch.no_grad():  # the original's Policy.analyze_responses on the queries and sampled (pad-free) responses
+        analyzed = policy.analyze_responses(tokens[:, : EXPECTED["query_length"]], torch.tensor(EXPECTED["responses"]))
+    for key, value in EXPECTED["policy"]["analyze_responses"].items():
+        torch.testing.assert_close(analyzed[key], torch.tensor(value), atol=TOL, rtol=0, msg=key)
 
 
-def test_converted_reward_model_gives_tensorflows_rewards(tmp_path):
+def test_converted_reward_model_gives_the_originals_rewards(tmp_path):
     out = oc.convert_model_dir(FIXTURE / "reward_model", "reward", tmp_path / "reward")
     reward_model, tokenizer, _ = load_model_dir(out, "reward")
-    assert reward_model.gain.item() == pytest.approx(1.7) and reward_model.bias.item() == pytest.approx(-0.4)
-    with torch.no_grad():
-        rewards = reward_model(fixture_tokens(tokenizer.pad_token_id))
+    # set by the original's reward normalisation (before and after training), then trained
+    assert reward_model.gain.item() == pytest.approx(EXPECTED["reward_model"]["gain"])
+    assert reward_model.bias.item() == pytest.approx(EXPECTED["reward_model"]["bias"])
+    assert abs(EXPECTED["reward_model"]["gain"] - 1) > 0.1 and abs(EXPECTED["reward_model"]["bias"]) > 0.01
+    tokens = fixture_tokens(tokenizer.pad_token_id)
+    with torch.no_grad():  # the original's TrainedRewardModel.score_fn, and its Model's LM logits
+        rewards = reward_model(tokens)
+        logits = reward_model.lm_logits(reward_model.hidden(tokens))
     torch.testing.assert_close(rewards, torch.tensor(EXPECTED["reward_model"]["rewards"]), atol=TOL, rtol=0)
+    torch.testing.assert_close(logits, torch.tensor(EXPECTED["reward_model"]["lm_logits"]), atol=TOL, rtol=0)
 
 
 def test_policy_checkpoint_has_no_value_for_a_reward_model_scope_mixup(tmp_path):
