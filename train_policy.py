@@ -260,7 +260,7 @@ def rollout(policy: Policy, ref_policy: Policy, reward_model: RewardModel, queri
     # E9: each rank's sampling noise from its own generator, drawn for the whole batch so micro-batches do not change it
     uniforms = ranks.uniforms(len(queries) // len(ranks.held), task.response_length)  # [b, response_length]
     chunks = []
-    for mb in args.micro_batches(len(queries)):
+    for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
         # 1. C1/C2: the sampling pass gives responses, their log-probs and values
         sampled = policy.sample(contexts[mb], task.response_length, uniforms=uniforms[mb])
         # 2. C3: reference log-probs of the same raw responses under the frozen initial model
@@ -288,9 +288,9 @@ def minibatch_indices(ranks: Ranks, args: Args) -> list[torch.Tensor]:
 
 def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor],
                args: Args, ranks: Ranks) -> list[dict[str, float]]:
-    """Phase 5: noptepochs epochs of PPO minibatch steps; returns each minibatch's stats, averaged over processes."""
+    """Phase 5: noptepochs epochs of PPO minibatch steps; returns each minibatch's stats, averaged over ranks."""
     ppo = args.ppo
-    stats: list[dict[str, torch.Tensor]] = []  # kept on the device until the end: a GPU never waits for a log line
+    stats: list[torch.Tensor] = []  # [blocks, stats] per minibatch, kept on the device: a GPU never waits for a log line
     for _ in range(ppo.noptepochs):
         for mb in minibatch_indices(ranks, args):
             # E5: whitening and GAE per minibatch, in groups of the original's per-rank size
@@ -298,34 +298,44 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                 data["rewards"][mb], data["values"][mb], gamma=ppo.gamma, lam=ppo.lam,
                 whiten_group_size=args.rank_minibatch_size, whiten_rewards=ppo.whiten_rewards)
             optimizer.zero_grad(set_to_none=True)
-            mb_stats: dict[str, torch.Tensor] = {}
-            for part in args.micro_batches(len(mb)):
-                idx = mb[part]
-                out = policy.analyze_responses(data["contexts"][idx], data["responses"][idx])
-                # E6, E7: clipped value and policy losses; one network, no entropy bonus
-                vf_loss, vf_clipfrac = value_loss(out["values"], data["values"][idx], returns[part], ppo.cliprange_value)
-                pg_loss, pg_clipfrac, approxkl = policy_loss(out["logprobs"], data["logprobs"][idx], advantages[part],
-                                                             ppo.cliprange)
-                loss = pg_loss + ppo.vf_coef * vf_loss
-                (loss * len(idx) / len(mb)).backward()  # E10: the loss is a mean over the whole minibatch
-                weight = len(idx) / len(mb)
-                for k, v in {
-                    "loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": loss,
-                    "policy/entropy": out["entropies"].mean(), "policy/approxkl": approxkl, "policy/clipfrac": pg_clipfrac,
-                    "val/vpred": out["values"].mean(), "val/error": ((out["values"] - returns[part]) ** 2).mean(),
-                    "val/clipfrac": vf_clipfrac,
-                }.items():
-                    mb_stats[k] = mb_stats.get(k, 0.0) + weight * v.detach().float()
-            ranks.average_gradients(policy.parameters())  # E10: the mean over all ranks' minibatches
+            gradients = ranks.gradient_sum(policy.parameters())
+            mb_stats = []
+            for block in ranks.blocks(len(mb)):  # each rank's share alone with --exact-ranks, else all of them
+                size = block.stop - block.start
+                block_stats: dict[str, torch.Tensor] = {}
+                for part in args.micro_batches(size):
+                    rows = slice(block.start + part.start, block.start + part.stop)  # positions in the minibatch
+                    idx = mb[rows]
+                    out = policy.analyze_responses(data["contexts"][idx], data["responses"][idx])
+                    # E6, E7: clipped value and policy losses; one network, no entropy bonus
+                    vf_loss, vf_clipfrac = value_loss(out["values"], data["values"][idx], returns[rows],
+                                                      ppo.cliprange_value)
+                    pg_loss, pg_clipfrac, approxkl = policy_loss(out["logprobs"], data["logprobs"][idx],
+                                                                 advantages[rows], ppo.cliprange)
+                    loss = pg_loss + ppo.vf_coef * vf_loss
+                    weight = len(idx) / size
+                    (loss * weight).backward()  # E10: the loss is a mean over the block's rows
+                    for k, v in {
+                        "loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": loss,
+                        "policy/entropy": out["entropies"].mean(), "policy/approxkl": approxkl,
+                        "policy/clipfrac": pg_clipfrac, "val/vpred": out["values"].mean(),
+                        "val/error": ((out["values"] - returns[rows]) ** 2).mean(), "val/clipfrac": vf_clipfrac,
+                    }.items():
+                        block_stats[k] = block_stats.get(k, 0.0) + weight * v.detach().float()
+                gradients.add()
+                # each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged
+                rank_var = lambda x: x.reshape(-1, args.rank_minibatch_size * x.shape[1]).var(  # noqa: E731
+                    dim=1, unbiased=False).mean()
+                block_returns, block_values = returns[block], data["values"][mb[block]]
+                block_stats.update({"returns/mean": block_returns.mean(), "returns/var": rank_var(block_returns),
+                                    "val/mean": block_values.mean(), "val/var": rank_var(block_values)})
+                mb_stats.append(block_stats)
+            gradients.reduce()  # E10: the mean over all ranks' minibatch shares
             optimizer.step()
-            # each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged
-            groups = len(mb) // args.rank_minibatch_size
-            rank_var = lambda x: x.reshape(groups, -1).var(dim=1, unbiased=False).mean()  # noqa: E731
-            mb_stats.update({"returns/mean": returns.mean(), "returns/var": rank_var(returns),
-                             "val/mean": data["values"][mb].mean(), "val/var": rank_var(data["values"][mb])})
-            stats.append(mb_stats)
-    values = ranks.mean(torch.stack([torch.stack(list(s.values())) for s in stats])).tolist()  # one copy per update
-    return [dict(zip(s, v)) for s, v in zip(stats, values)]
+            stats.append(torch.stack([torch.stack(list(b.values())) for b in mb_stats]))  # [blocks, stats]
+    names = list(mb_stats[0])
+    values = ranks.mean_over_blocks(torch.stack(stats), dim=1).tolist()  # [minibatches, stats]; one copy per update
+    return [dict(zip(names, v)) for v in values]
 
 
 def update_stats(data: dict[str, torch.Tensor], train_stats: list[dict[str, float]], kl_coef: float, update: int,
@@ -333,9 +343,9 @@ def update_stats(data: dict[str, torch.Tensor], train_stats: list[dict[str, floa
     """The original's per-update metrics under its names (FIDELITY F), averaged over processes."""
     # OAI lm_human_preferences/train_policy.py: PPOTrainer.record_step_stats, then mpi_allreduce_mean
     kl = data["logprobs"] - data["ref_logprobs"]  # [b, response_length]
-    local = torch.stack([data["scores"].mean(), data["non_score_reward"].sum(1).mean(), kl.sum(1).mean(),
-                         (-data["logprobs"]).sum(1).mean()])
-    score, mean_non_score_reward, mean_kl, entropy = ranks.mean(local).tolist()
+    per_row = torch.stack([data["scores"], data["non_score_reward"].sum(1), kl.sum(1), (-data["logprobs"]).sum(1)])
+    local = torch.stack([per_row[:, block].mean(1) for block in ranks.blocks(per_row.shape[1])])  # [blocks, 4]
+    score, mean_non_score_reward, mean_kl, entropy = ranks.mean_over_blocks(local).tolist()
     stats = {
         "ppo/objective/score": score,
         "ppo/objective/score_total": score + mean_non_score_reward,
@@ -385,7 +395,7 @@ def train(args: Args) -> dict:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device)
+    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks_on(device))
     args.world_size = ranks.world_size
     compile_blocks(args.compile)
     # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
@@ -474,8 +484,10 @@ def train(args: Args) -> dict:
         now = time.time()
         stats = update_stats(data, train_stats, kl_coef, update, args, now - start, now - last, ranks)
         stats["ppo/ppo/lr"] = lr
-        extra = task.extra_stats(tokenizer, data)
-        stats.update(zip(extra, ranks.mean(torch.tensor(list(extra.values()), dtype=torch.float64)).tolist()))
+        # the task's own metrics, per block (each rank's rows with --exact-ranks), averaged over all of them
+        extras = [task.extra_stats(tokenizer, {k: v[block] for k, v in data.items()}) for block in ranks.blocks(len(queries))]
+        extra = torch.tensor([list(e.values()) for e in extras], dtype=torch.float64)  # [blocks, metrics]
+        stats.update(zip(extras[0], ranks.mean_over_blocks(extra).tolist()))
         last = now
         tracker.log(stats, step=update)
         kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)

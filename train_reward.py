@@ -149,18 +149,21 @@ def reward_stats(reward_model: RewardModel, policy: Policy, sampler: Iterator[to
                  prefix: list[int], suffix: list[int], ranks: Ranks) -> tuple[float, float]:
     """Mean and population std of rewards of full-length initial-policy samples over all ranks (FIDELITY D6)."""
     # OAI lm_human_preferences/train_reward.py: sample_policy_responses uses ceil(n / rollout_batch_size) batches
-    rewards = []
+    rewards = []  # [blocks, rows] per batch: each rank's rewards apart with --exact-ranks
     for _ in range(math.ceil(n_samples / args.rollout_batch_size)):
         queries = next(sampler).to(policy.head.weight.device)  # [rollout_batch_size / world_size, query_length]
         contexts = format_queries(queries, prefix, suffix)
         uniforms = ranks.uniforms(len(queries) // len(ranks.held), args.task.response_length)  # each rank's own noise
-        for mb in args.micro_batches(len(queries)):
+        batch = []
+        for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
             # responses are NOT truncated here: the original scores the raw samples
             responses = policy.sample(contexts[mb], args.task.response_length, uniforms=uniforms[mb])["responses"]
-            rewards.append(reward_model.score(queries[mb], responses))
-    rewards = torch.cat(rewards).double()
+            batch.append(reward_model.score(queries[mb], responses))
+        rewards.append(torch.cat(batch).view(ranks.blocks_per_process, -1))
+    rewards = torch.cat(rewards, dim=1).double()  # [blocks, samples per block]
     # OAI lm_human_preferences/train_reward.py: stats, the sums of rewards and of their squares allreduce-summed
-    total, sum_sq, count = ranks.sum(torch.stack([rewards.sum(), (rewards**2).sum(), rewards.new_tensor(len(rewards))]))
+    local = torch.stack([rewards.sum(1), (rewards**2).sum(1), rewards.new_full((len(rewards),), rewards.shape[1])], 1)
+    total, sum_sq, count = ranks.gather_blocks(local).sum(0)  # [3]: each rank's sums, added in rank order
     mean = (total / count).item()
     std = math.sqrt(max((sum_sq / count).item() - mean**2, 0.0))  # population std
     return mean, std
@@ -203,7 +206,7 @@ def train(args: Args) -> Path:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device)
+    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks_on(device))
     args.world_size = ranks.world_size
     compile_blocks(args.compile)
     log = print if ranks.is_main else (lambda *a: None)
@@ -270,20 +273,24 @@ def train(args: Args) -> Path:
         set_lr(optimizer, lr)
         indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
         optimizer.zero_grad(set_to_none=True)
-        loss_sum, accuracy_sum = 0.0, 0.0
-        for part in args.micro_batches(len(indices)):
-            mb = indices[part]
-            rewards = rewards_of_labels(reward_model, train_labels["queries"][mb].to(device),
-                                        train_labels["samples"][mb].to(device))  # [micro, N]
-            loss, accuracy = best_of_n_loss(rewards, train_labels["best"][mb].to(device))
-            (loss * len(mb) / len(indices)).backward()  # the loss is a mean over this process's labels
-            loss_sum += loss.item() * len(mb)
-            accuracy_sum += accuracy.item() * len(mb)
-        ranks.average_gradients(reward_model.parameters())  # E10: the mean over all ranks' labels
+        gradients = ranks.gradient_sum(reward_model.parameters())
+        block_stats = []  # [loss, accuracy] of each block: each rank's labels apart with --exact-ranks
+        for block in ranks.blocks(len(indices)):
+            block_indices = indices[block]
+            sums = torch.zeros(2, dtype=torch.float64)
+            for part in args.micro_batches(len(block_indices)):
+                mb = block_indices[part]
+                rewards = rewards_of_labels(reward_model, train_labels["queries"][mb].to(device),
+                                            train_labels["samples"][mb].to(device))  # [micro, N]
+                loss, accuracy = best_of_n_loss(rewards, train_labels["best"][mb].to(device))
+                (loss * len(mb) / len(block_indices)).backward()  # the loss is a mean over the block's labels
+                sums += torch.tensor([loss.item(), accuracy.item()], dtype=torch.float64) * len(mb)
+            gradients.add()
+            block_stats.append(sums / len(block_indices))
+        gradients.reduce()  # E10: the mean over all ranks' labels
         optimizer.step()
         # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
-        loss_mean, accuracy_mean = ranks.mean(torch.tensor([loss_sum, accuracy_sum], dtype=torch.float64)
-                                              / len(indices)).tolist()
+        loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack(block_stats)).tolist()
         check_finite(f"reward model batch {batch}", loss=loss_mean)
         stats = {"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
                  "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}

@@ -10,13 +10,21 @@ A batch of the whole run is laid out rank by rank, so a process's rows are its r
     torchrun --nproc-per-node 8 train_policy.py ...             # W = 8: one rank per GPU, as the original ran
 
 With W = 1 every collective is skipped: nothing here costs a single-process run anything.
+
+Exact ranks (`--exact-ranks`, on by default on a CPU): each held rank's rows take their own backward pass and their
+own statistics, as each of the original's ranks did alone, and the ranks' gradients and statistics are combined in
+an order fixed by the ranks alone (`BlockGradients`: a balanced binary tree of the R ranks). W processes then add
+exactly the numbers one process adds, in the same order, so W = 1, 2, 4 and 8 give bit-identical runs when R / W
+is a power of two and each process uses the same number of CPU threads (a CPU kernel's sums depend on its thread
+count; torchrun gives each of several processes OMP_NUM_THREADS=1). Off (the CUDA default), a process's ranks
+share one fused backward pass and the processes all-reduce their mean: the same maths up to float summation order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -73,8 +81,9 @@ def shutdown_distributed() -> None:
 class Ranks:
     """The emulated ranks this process holds, their random generators, and the collectives over processes."""
 
-    def __init__(self, num_ranks: int, seed: int, device: torch.device | str = "cpu"):
+    def __init__(self, num_ranks: int, seed: int, device: torch.device | str = "cpu", exact: bool = False):
         self.world_size, self.process, _ = torchrun_world()
+        self.exact = exact
         if self.world_size > 1 and not dist.is_initialized():
             raise RuntimeError("call setup_distributed(device) before Ranks under torchrun")
         self.num_ranks, self.seed, self.device = num_ranks, seed, torch.device(device)
@@ -125,6 +134,39 @@ class Ranks:
         # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, all_ranks_indices[self.rank::self.num_ranks]
         return torch.cat([indices[r :: self.num_ranks] for r in self.held])
 
+    # -------------------------------------------------------------------------- blocks: what one backward pass takes
+    @property
+    def blocks_per_process(self) -> int:
+        """Backward passes (and statistics groups) per process: one per held rank when exact, else one."""
+        return len(self.held) if self.exact else 1
+
+    def blocks(self, n: int) -> list[slice]:
+        """This process's n rows (its ranks' equal shares, in rank order) as blocks: each rank's share when exact."""
+        size = n // self.blocks_per_process
+        return [slice(i * size, (i + 1) * size) for i in range(self.blocks_per_process)]
+
+    def row_slices(self, n: int, micro_batches: Callable[[int], list[slice]]) -> list[slice]:
+        """The forward passes over this process's n rows: ``micro_batches`` of each block, never across two blocks.
+
+        With --exact-ranks a rank's rows are computed alone, as the original's rank computed them, so every kernel sees
+        the same shapes on any number of processes (a CPU matmul of 8 rows, or an attention of another width, can
+        round differently from one of 64; our packed forward sizes its attention by the longest row it holds).
+        """
+        return [slice(b.start + p.start, b.start + p.stop) for b in self.blocks(n) for p in micro_batches(b.stop - b.start)]
+
+    def gather_blocks(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        """``x`` with this process's blocks along ``dim``, concatenated with every process's, in rank order."""
+        if self.world_size == 1:
+            return x
+        parts = [torch.empty_like(x, device=self.device) for _ in range(self.world_size)]
+        dist.all_gather(parts, x.to(self.device).contiguous())
+        return torch.cat(parts, dim=dim).to(x.device)
+
+    def mean_over_blocks(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        """The mean over every process's blocks along ``dim``: per rank, as the original's mpi_allreduce_mean, when exact."""
+        # OAI lm_human_preferences/utils/core.py: mpi_allreduce_mean of each rank's own statistics
+        return self.gather_blocks(x, dim).mean(dim)
+
     # -------------------------------------------------------------------------- collectives (no-ops for W = 1)
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         """The sum of ``x`` over processes."""
@@ -150,6 +192,10 @@ class Ranks:
         flat /= self.world_size
         for g, new in zip(grads, flat.split([g.numel() for g in grads])):
             g.copy_(new.view_as(g))
+
+    def gradient_sum(self, params: Iterable[torch.nn.Parameter]) -> "BlockGradients":
+        """An accumulator of this process's blocks' gradients, for one optimizer step."""
+        return BlockGradients(self, params)
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Process 0's weights and buffers everywhere, so every process starts from the same model."""
@@ -192,3 +238,64 @@ class Ranks:
         for r, g, n in zip(self.held, self.torch_generators, self.numpy_generators):
             g.set_state(state["ranks"][r]["torch"])
             n.set_state(unpack_numpy_state(state["ranks"][r]["numpy"]))
+
+
+def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor) -> None:
+    """Push ``x`` onto a pairwise sum: equal-sized neighbours are added as they complete (a binary counter), so n
+    pushes make a balanced binary tree of additions when n is a power of two, whatever pushes them."""
+    count = 1
+    while stack and stack[-1][0] == count:
+        left_count, left = stack.pop()
+        x, count = left + x, left_count + count
+    stack.append((count, x))
+
+
+def tree_total(stack: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
+    """The sum of everything `tree_add` took (its last partial sums added right to left)."""
+    total = stack.pop()[1]
+    while stack:
+        total = stack.pop()[1] + total
+    return total
+
+
+class BlockGradients:
+    """The mean gradient over every block of every process, for one optimizer step (FIDELITY E10).
+
+    After each block's backward pass (its loss a mean over its own rows), `add()` takes the block's gradients;
+    `reduce()` leaves the mean over all blocks of all processes in each parameter's .grad. Exact: block gradients
+    are summed in the ranks' binary tree, across processes too (all-gathered, then added in the same tree), and
+    divided by R. Not exact: one block per process, kept in .grad and all-reduced as a mean over processes.
+    """
+
+    def __init__(self, ranks: Ranks, params: Iterable[torch.nn.Parameter]):
+        self.ranks, self.params = ranks, [p for p in params if p.requires_grad]
+        self.stack: list[tuple[int, torch.Tensor]] = []
+        self.used = [False] * len(self.params)  # a parameter no block's loss reached keeps .grad None, as in one pass
+
+    def add(self) -> None:
+        """Take the gradients the last block's backward pass left in .grad (exact mode: and clear them)."""
+        if not self.ranks.exact:
+            return  # one block per process: its gradient stays in .grad
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params])
+        for i, p in enumerate(self.params):
+            self.used[i] |= p.grad is not None
+            p.grad = None
+        tree_add(self.stack, flat)
+
+    def reduce(self) -> None:
+        """Leave the mean over all blocks of all processes in .grad."""
+        ranks = self.ranks
+        if not ranks.exact:
+            # OAI lm_human_preferences/utils/core.py: minimize, gradients mpi_allreduce_mean-ed across ranks
+            ranks.average_gradients(self.params)
+            return
+        total = tree_total(self.stack)
+        if ranks.world_size > 1:  # the processes' subtrees, added in the same tree one process would have built
+            parts = [torch.empty_like(total) for _ in range(ranks.world_size)]
+            dist.all_gather(parts, total)
+            for part in parts:
+                tree_add(self.stack, part)
+            total = tree_total(self.stack)
+        total /= ranks.num_ranks
+        for p, g, used in zip(self.params, total.split([p.numel() for p in self.params]), self.used):
+            p.grad = g.view_as(p) if used else None

@@ -89,6 +89,56 @@ def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
         assert torch.equal(batch[3 * i : 3 * i + 3], next(alone))
 
 
+def test_tree_add_builds_a_balanced_binary_tree():
+    from lm_human_preference_details.ranks import tree_add, tree_total
+
+    class Term:  # records the additions as a string
+        def __init__(self, text):
+            self.text = text
+
+        def __add__(self, other):
+            return Term(f"({self.text}+{other.text})")
+
+    def tree(n):
+        stack = []
+        for i in range(n):
+            tree_add(stack, Term(str(i)))
+        return tree_total(stack).text
+
+    assert tree(1) == "0"
+    assert tree(4) == "((0+1)+(2+3))"
+    assert tree(8) == "(((0+1)+(2+3))+((4+5)+(6+7)))"
+    assert tree(6) == "(((0+1)+(2+3))+(4+5))"  # not a power of two: the last partial sums, right to left
+    # what a process holding ranks 4..7 of 8 sends is the right half of tree(8): the halves added as one tree
+    assert f"({tree(4)}+{tree(4).translate(str.maketrans('0123', '4567'))})" == tree(8)
+
+
+def test_blocks_and_row_slices():
+    exact, fused = Ranks(4, seed=0, exact=True), Ranks(4, seed=0)
+    assert exact.blocks(8) == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)] and fused.blocks(8) == [slice(0, 8)]
+    by_three = lambda n: [slice(i, min(i + 3, n)) for i in range(0, n, 3)]  # noqa: E731
+    assert exact.row_slices(16, by_three) == [slice(0, 3), slice(3, 4), slice(4, 7), slice(7, 8), slice(8, 11),
+                                              slice(11, 12), slice(12, 15), slice(15, 16)]  # never across a rank
+    assert fused.row_slices(8, by_three) == [slice(0, 3), slice(3, 6), slice(6, 8)]
+
+
+def test_exact_gradients_are_the_rank_means_in_the_tree_order():
+    """Each rank's loss a mean over its rows; the step's gradient the mean over ranks, added as the tree says."""
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 5), torch.nn.Parameter(torch.randn(5))
+    unused = torch.nn.Parameter(torch.zeros(2))  # no loss reaches it: its .grad stays None, as after one pass
+    ranks = Ranks(4, seed=0, exact=True)
+    gradients = ranks.gradient_sum([w, unused])
+    for block in ranks.blocks(16):
+        (x[block] @ w).square().mean().backward()
+        gradients.add()
+        assert w.grad is None  # taken into the tree
+    gradients.reduce()
+    naive = [torch.autograd.grad((x[4 * r : 4 * r + 4] @ w).square().mean(), w)[0] for r in range(4)]  # rank r alone
+    assert torch.equal(w.grad, ((naive[0] + naive[1]) + (naive[2] + naive[3])) / 4) and unused.grad is None
+    torch.testing.assert_close(w.grad, torch.autograd.grad((x @ w).square().mean(), w)[0])  # = one pass, to rounding
+
+
 # ------------------------------------------------------------------------------ 1 vs 2 processes (torchrun, gloo)
 def _run(script, processes, *args):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
@@ -104,45 +154,74 @@ def _metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def _assert_same_run(one, two, model):
-    """Same metrics and weights up to float32 summation order (see the test's docstring)."""
+def _assert_same_run(one, two, model, exact=True):
+    """Same metrics and weights: bit for bit when exact, else up to float32 summation order (see the tests)."""
     rows_one, rows_two = _metrics(one), _metrics(two)
     assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two] and rows_one
     for a, b in zip(rows_one, rows_two):
         assert a.keys() == b.keys()
         for k in a:
             if k not in ("ppo/elapsed/time", "ppo/elapsed/fps"):
-                assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (a["step"], k)
+                assert b[k] == (a[k] if exact else pytest.approx(a[k], rel=1e-4, abs=1e-5)), (a["step"], k)
     w_one, w_two = load_file(Path(one) / model / "model.safetensors"), load_file(Path(two) / model / "model.safetensors")
+    assert w_one.keys() == w_two.keys()
     for k in w_one:
-        torch.testing.assert_close(w_two[k], w_one[k], atol=1e-5, rtol=1e-4)
+        if exact:
+            assert torch.equal(w_two[k], w_one[k]), k
+        else:
+            torch.testing.assert_close(w_two[k], w_one[k], atol=1e-5, rtol=1e-4)
 
 
-def test_one_and_two_processes_give_the_same_run(assets, tmp_path):
-    """The same reward run, then the same PPO update, on 1 process and on 2 (torchrun, gloo), 4 emulated ranks.
+def _reward_args(assets):
+    return ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 32,
+            "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", "--rollout-batch-size", 32,
+            "--normalize-samples", 32, "--eval-labels", 0, "--seed", 3, "--device", "cpu", "--num-ranks", 4]
 
-    Tolerance: rel 1e-4, abs 1e-5 on every metric and weight. The processes add the same numbers in another order
-    (two half-batch sums all-reduced instead of one sum; float32, ~1e-7 relative per step). PPO is checked on one
-    update (two epochs of two minibatches: four optimizer steps): after that the sampler reads its next draws
-    from weights that differ at that rounding level, and a tiny random GPT-2's near-uniform next-token
-    distribution puts a CDF boundary within 1e-7 of some uniform every few hundred draws, so later updates may
-    sample other tokens. The draws themselves are the same numbers (test_sampler_draws_each_ranks_rows_from_its_generator).
+
+def _policy_args(assets, reward_model, episodes):
+    return ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
+            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", episodes, "--ppo.batch-size", 32,
+            "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards",
+            "--num-ranks", 4, "--device", "cpu"]
+
+
+def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, tmp_path):
+    """--exact-ranks (the CPU default): the same reward run, then 4 PPO updates, on 1 process and on 2 (torchrun,
+    gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit.
+
+    Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
+    binary tree whichever process holds them, so the two runs add the same numbers in the same order. Without that
+    (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
+    boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 32,
-              "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", "--rollout-batch-size", 32,
-              "--normalize-samples", 32, "--eval-labels", 0, "--seed", 3, "--device", "cpu", "--num-ranks", 4]
-    _run("train_reward.py", 1, *reward, "--output-dir", tmp_path / "r1")
-    _run("train_reward.py", 2, *reward, "--output-dir", tmp_path / "r2")
+    _run("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
+    _run("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
     _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
 
-    policy = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", tmp_path / "r1" / "reward_model",
-              "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 32, "--ppo.batch-size", 32,
-              "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards",
-              "--num-ranks", 4, "--device", "cpu"]
+    policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=128)  # 4 updates, 16 optimizer steps
     _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
-    two = _run("train_policy.py", 2, *policy, "--micro-batch-size", 2, "--output-dir", tmp_path / "p2")
+    two = _run("train_policy.py", 2, *policy, "--output-dir", tmp_path / "p2")
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((tmp_path / "p2" / "config.json").read_text())
-    assert (config["world_size"], config["num_ranks"], config["micro_batch_size"]) == (2, 4, 2)
+    assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, "auto")
+
+
+def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
+    """--exact-ranks off (the CUDA default): one backward pass per process, gradients all-reduced as a mean.
+
+    Tolerance: rel 1e-4, abs 1e-5 on every metric and weight. The processes add the same numbers in another order
+    (two half-batch sums all-reduced instead of one sum; float32, ~1e-7 relative per step), so PPO is checked on one
+    update (two epochs of two minibatches: four optimizer steps), before any sampled token can differ. The
+    micro-batched two-process run also checks that micro-batches change only the summation order.
+    """
+    _run("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "off", "--output-dir", tmp_path / "r1")
+    _run("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "off", "--output-dir", tmp_path / "r2")
+    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
+
+    policy = [*_policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32), "--exact-ranks", "off"]
+    _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
+    _run("train_policy.py", 2, *policy, "--micro-batch-size", 2, "--output-dir", tmp_path / "p2")
+    _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
+    assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_size"] == 2
