@@ -450,8 +450,8 @@ def train(args: Args) -> dict:
     saver = BackgroundSaver(run_dir, args.keep_checkpoints, models={"policy": policy})
 
     def save(done: int) -> Path:
-        """Copy the state to CPU memory (the loop waits for this only); a thread then writes the training checkpoint
-        and the Hugging Face policy directory with its update index (process 0)."""
+        """A thread copies the state to CPU memory during the next rollout, then writes the training checkpoint and
+        the Hugging Face policy directory with its update index (process 0)."""
         # every process takes part: the ranks' generator states are gathered from all of them
         state = training_state(done, objects, config=run_identity, tracker=tracker.state_dict(), elapsed=time.time() - start)
         if not ranks.is_main:
@@ -475,7 +475,8 @@ def train(args: Args) -> dict:
         kl_coef = kl_ctl.value
         data["rewards"], data["non_score_reward"], _ = kl_rewards(data["scores"], data["logprobs"], data["ref_logprobs"],
                                                                   kl_coef)
-        # 5. PPO epochs
+        # 5. PPO epochs (they change the weights: a checkpoint saved after the last update must be copied first)
+        saver.wait_copied()
         with autocast:
             train_stats = ppo_epochs(policy, optimizer, data, args, ranks)
         check_finite(f"update {update}", scores=data["scores"], kl=data["logprobs"] - data["ref_logprobs"],

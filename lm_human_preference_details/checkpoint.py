@@ -198,7 +198,9 @@ def copy_state(state: Any, into: Any = None, _copies: dict | None = None) -> Any
         key = (state.untyped_storage().data_ptr(), state.storage_offset(), state.shape, state.stride(), state.dtype)
         if key not in copies:
             reuse = torch.is_tensor(into) and into.shape == state.shape and into.dtype == state.dtype
-            copies[key] = into.copy_(state.detach()) if reuse else state.detach().to("cpu", copy=True)
+            if not reuse:  # page-locked memory for a GPU tensor: the copy is then a DMA transfer
+                into = torch.empty(state.shape, dtype=state.dtype, pin_memory=state.is_cuda)
+            copies[key] = into.copy_(state.detach())
         return copies[key]
     if isinstance(state, Mapping):
         old = into if isinstance(into, Mapping) else {}
@@ -218,12 +220,16 @@ def cpu_copy(module: nn.Module) -> nn.Module:
 
 
 class BackgroundSaver:
-    """Writes training checkpoints in a thread; the training loop waits only while `save` copies the state.
+    """Writes training checkpoints in a thread, which first copies the state to CPU memory; the training loop goes on.
 
-    One write at a time: `save` first waits for the write before it. A write that fails (a full disk) leaves the
-    checkpoint before it as the last good one, and its one-line error is raised on the main thread by the next
-    `check`, `save` or `wait`. ``models`` (name -> module): their saved directories are written from CPU copies
-    whose tensors are the copied ``objects[name]`` state (`save`'s ``write_models`` receives the copies).
+    `save` takes the state (`training_state`: live references to the weights and the optimizer's moments, snapshots
+    of everything else) and returns at once; the thread copies the tensors (on a GPU: on a stream of its own, into
+    page-locked memory), then writes. The loop may run whatever only reads the weights (the next update's rollout)
+    and must call `wait_copied` before anything changes them (the optimizer's first step). One write at a time:
+    `save` first waits for the write before it. A write that fails (a full disk) leaves the checkpoint before it
+    as the last good one, and its one-line error is raised on the main thread by the next `check`, `save` or `wait`.
+    ``models`` (name -> module): their saved directories are written from CPU copies whose tensors are the copied
+    ``objects[name]`` state (`save`'s ``write_models`` receives the copies).
     """
 
     def __init__(self, run_dir: Path, keep: int, models: Mapping[str, nn.Module] | None = None):
@@ -232,22 +238,50 @@ class BackgroundSaver:
         # the first copy of the state lands in the model copies' own tensors (tied weights stay tied)
         self._state: Any = {"objects": {name: module.state_dict() for name, module in self.models.items()}}
         self._thread: threading.Thread | None = None
+        self._copied = threading.Event()
+        self._copied.set()
         self._error: BaseException | None = None
 
     def save(self, update: int, state: dict,
              write_models: Callable[[Mapping[str, nn.Module]], None] | None = None) -> Path:
-        """Copy ``state`` (`training_state`) to CPU memory, then write it in a thread as the checkpoint after
+        """Copy ``state`` (`training_state`) to CPU memory and write it, in a thread, as the checkpoint after
         ``update`` updates, followed by ``write_models(copies)``; -> the checkpoint's path once written."""
         self.wait()
-        self._state = copy_state(state, self._state)
-        self._thread = threading.Thread(target=self._write, args=(update, self._state, write_models),
+        # a GPU's pending work (the last optimizer step) must finish before the thread's stream reads the weights
+        ready = ((torch.cuda.current_device(), torch.cuda.current_stream().record_event())
+                 if torch.cuda.is_initialized() else None)
+        self._copied.clear()
+        self._thread = threading.Thread(target=self._write, args=(update, state, write_models, ready),
                                         name="checkpoint-writer")
         self._thread.start()
         return checkpoint_dir(self.run_dir, update)
 
-    def _write(self, update: int, state: dict, write_models: Callable[[Mapping[str, nn.Module]], None] | None) -> None:
+    def wait_copied(self) -> None:
+        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors."""
+        self._copied.wait()
+        self.check()
+
+    def _copy(self, state: dict, ready: tuple[int, torch.cuda.Event] | None) -> None:
+        """The thread's first job: ``state``'s tensors into the CPU copies (on a GPU, on a stream of its own)."""
+        if ready is None:
+            self._state = copy_state(state, self._state)
+            return
+        device, event = ready
+        with torch.cuda.device(device):  # a new thread's current device is 0: the training process's GPU here
+            stream = torch.cuda.Stream()
+            stream.wait_event(event)
+            with torch.cuda.stream(stream):
+                self._state = copy_state(state, self._state)
+            stream.synchronize()
+
+    def _write(self, update: int, state: dict, write_models: Callable[[Mapping[str, nn.Module]], None] | None,
+               ready: tuple[int, torch.cuda.Event] | None) -> None:
         try:
-            save_checkpoint(self.run_dir, update, state, self.keep)  # the checkpoint first: it is what resumes a run
+            try:
+                self._copy(state, ready)
+            finally:
+                self._copied.set()  # the loop goes on (a failed copy is raised on it by wait_copied)
+            save_checkpoint(self.run_dir, update, self._state, self.keep)  # the checkpoint first: it resumes a run
             if write_models is not None:
                 write_models(self.models)
         except BaseException as e:  # the main thread raises it (check / wait)

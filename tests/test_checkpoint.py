@@ -127,6 +127,7 @@ def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch)
     written = {}
     path = saver.save(4, ckpt.training_state(4, {"model": model, "optimizer": optimizer}),
                       lambda copies: written.update({k: v.clone() for k, v in copies["model"].state_dict().items()}))
+    saver.wait_copied()  # as train_policy.py before the PPO epochs
     with torch.no_grad():
         model.wte.weight.add_(1.0)  # the next update, while the thread writes
     release.set()
@@ -137,6 +138,33 @@ def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch)
         assert torch.equal(saved[name], expected[name]) and torch.equal(written[name], expected[name])
     copy = saver.models["model"]
     assert copy.head.weight is copy.wte.weight and not copy.wte.weight.requires_grad  # tied, on the CPU, no gradients
+
+
+def test_save_returns_before_the_copy_and_wait_copied_waits_for_it(tmp_path, monkeypatch):
+    """The loop goes on (the next rollout only reads the weights) while the thread copies; wait_copied holds it
+    until the copy is done, and the checkpoint holds the weights of the save, not the ones changed after."""
+    release, real = threading.Event(), ckpt.copy_state
+
+    def slow_copy(*args, **kwargs):
+        release.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "copy_state", slow_copy)
+    layer = torch.nn.Linear(3, 2)
+    expected = layer.weight.detach().clone()
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    path = saver.save(1, ckpt.training_state(1, {"layer": layer}))  # returns with the copy not started
+    waiter = threading.Thread(target=saver.wait_copied)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # wait_copied waits for the copy
+    release.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # the optimizer's step, after wait_copied
+    saver.wait()
+    assert torch.equal(load_checkpoint(path)["objects"]["layer"]["weight"], expected)
 
 
 def test_a_failed_background_write_is_one_line_on_the_main_thread(tmp_path, monkeypatch):
