@@ -211,7 +211,7 @@ def build_args(task_name: str) -> Args:
     task = get_task(task_name)
     new_model = NewRewardModel(labels=task.labels, **task.train_reward)
     return Args(task=task.task, rewards=RewardHParams(**task.rewards, train_new_model=new_model), ppo=PpoHParams(**task.ppo),
-                base_model=task.base_model, task_name=task_name)
+                base_model=task.base_model, task_name=task_name, **task.run)
 
 
 def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
@@ -395,7 +395,7 @@ def train(args: Args) -> dict:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks_on(device))
+    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks)
     args.world_size = ranks.world_size
     compile_blocks(args.compile)
     # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32

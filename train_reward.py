@@ -120,7 +120,8 @@ class Args(RunArgs, RewardTrainHParams):
 def build_args(task_name: str) -> Args:
     """The defaults of the `--task` preset."""
     task = get_task(task_name)
-    return Args(task=task.task, labels=task.labels, base_model=task.base_model, task_name=task_name, **task.train_reward)
+    return Args(task=task.task, labels=task.labels, base_model=task.base_model, task_name=task_name, **task.train_reward,
+                **task.run)
 
 
 def best_of_n_loss(rewards: torch.Tensor, best: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,7 +207,7 @@ def train(args: Args) -> Path:
     torch.manual_seed(seed)
     np.random.seed(seed)
     device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks_on(device))
+    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks)
     args.world_size = ranks.world_size
     compile_blocks(args.compile)
     log = print if ranks.is_main else (lambda *a: None)

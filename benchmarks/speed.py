@@ -362,8 +362,8 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
     timer = PhaseTimer(device)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    # the emulated ranks' sampling noise and permutations, and --exact-ranks's default on this device, as train() has
-    ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks_on(device))
+    # the emulated ranks' sampling noise and permutations, and --exact-ranks, as train() has them
+    ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks)
     cpu_start = _cpu_seconds()
     with timer("total"):
         with _autocast(device, args):  # as train_policy.train wraps the rollout and the PPO epochs
@@ -374,7 +374,7 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
         data["rewards"], data["non_score_reward"], _ = kl_rewards(data["scores"], data["logprobs"], data["ref_logprobs"],
                                                                   kl_coef)
         ppo_data = data if ppo_data is None else ppo_data
-        ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks_on(device))  # the same permutations in both
+        ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks)  # the same permutations in both
         with timer("ppo"), _autocast(device, args):
             run_epochs = train_policy.ppo_epochs if path == "ours" else straightforward_ppo_epochs
             stats = run_epochs(policy, optimizer, ppo_data, args, ranks)

@@ -310,4 +310,5 @@ def task() -> OfflineTask:
                       "eval_labels": NUM_LABELS - NUM_TRAIN},
         ppo={"total_episodes": 3840, "batch_size": 64, "lr": 1e-3, "whiten_rewards": True},
         rewards={"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
+        run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
     )

@@ -11,12 +11,12 @@ A batch of the whole run is laid out rank by rank, so a process's rows are its r
 
 With W = 1 every collective is skipped: nothing here costs a single-process run anything.
 
-Exact ranks (`--exact-ranks`, on by default on a CPU): each held rank's rows take their own backward pass and their
-own statistics, as each of the original's ranks did alone, and the ranks' gradients and statistics are combined in
-an order fixed by the ranks alone (`BlockGradients`: a balanced binary tree of the R ranks). W processes then add
-exactly the numbers one process adds, in the same order, so W = 1, 2, 4 and 8 give bit-identical runs when R / W
-is a power of two and each process uses the same number of CPU threads (a CPU kernel's sums depend on its thread
-count; torchrun gives each of several processes OMP_NUM_THREADS=1). Off (the CUDA default), a process's ranks
+Exact ranks (`--exact-ranks`; the offline demo's default): each held rank's rows take their own forward and backward
+passes and their own statistics, as each of the original's ranks did alone, and the ranks' gradients and statistics
+are combined in an order fixed by the ranks alone (`BlockGradients`: a balanced binary tree of the R ranks). W
+processes then add exactly the numbers one process adds, in the same order, so W = 1, 2, 4 and 8 give bit-identical
+runs when R / W is a power of two and each process uses the same number of CPU threads (a CPU kernel's sums depend on
+its thread count; torchrun gives each of several processes OMP_NUM_THREADS=1). Off (the default), a process's ranks
 share one fused backward pass and the processes all-reduce their mean: the same maths up to float summation order.
 """
 

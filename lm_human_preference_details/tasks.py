@@ -121,6 +121,8 @@ class Task:
     rewards: dict
     """train_policy.py's RewardHParams fields (the KL penalty)"""
     base_model: str = "gpt2"
+    run: dict = dataclasses.field(default_factory=dict)
+    """RunArgs defaults of both scripts (the offline demo: --exact-ranks)"""
     heldout_query_dataset: Optional[str] = None
     """a local query file held out for evaluation, when the task's corpus is local (the original's datasets have modes)"""
 

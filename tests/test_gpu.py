@@ -110,3 +110,26 @@ def test_cuda_compiled_blocks_give_the_same_numbers_and_gradients(policies, full
         torch.testing.assert_close(compiled[k], eager[k], atol=1e-5, rtol=1e-5)
     for a, b in zip(compiled_grads, eager_grads):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_cuda_background_save_copies_on_its_own_stream_before_the_weights_change(tmp_path):
+    """The saver's thread copies GPU tensors on a stream of its own, after the work queued before `save`."""
+    from lm_human_preference_details import checkpoint as ckpt
+
+    layer = torch.nn.Linear(512, 512).cuda()
+    with torch.no_grad():
+        for _ in range(20):  # work still queued on the default stream when save() is called
+            layer.weight.mul_(1.001)
+    expected = layer.weight.detach().cpu()  # (synchronises: what the queued work gives)
+    with torch.no_grad():
+        layer.weight.mul_(1.001)
+    expected = expected * 1.001
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    path = saver.save(1, ckpt.training_state(1, {"layer": layer}))
+    saver.wait_copied()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # the optimizer's step, after wait_copied
+    saver.wait()
+    saved = ckpt.load_checkpoint(path)["objects"]["layer"]["weight"]
+    assert saved.device.type == "cpu"
+    torch.testing.assert_close(saved, expected, atol=1e-5, rtol=1e-5)

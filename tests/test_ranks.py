@@ -186,7 +186,7 @@ def _policy_args(assets, reward_model, episodes):
 
 
 def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, tmp_path):
-    """--exact-ranks (the CPU default): the same reward run, then 4 PPO updates, on 1 process and on 2 (torchrun,
+    """--exact-ranks (the offline demo's default): the same reward run, then 4 PPO updates, on 1 process and on 2 (torchrun,
     gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit.
 
     Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
@@ -194,33 +194,33 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, tmp_path):
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    _run("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
-    _run("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
+    _run("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r1")
+    _run("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r2")
     _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
 
-    policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=128)  # 4 updates, 16 optimizer steps
+    policy = [*_policy_args(assets, tmp_path / "r1" / "reward_model", episodes=128), "--exact-ranks"]  # 4 updates
     _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
     two = _run("train_policy.py", 2, *policy, "--output-dir", tmp_path / "p2")
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((tmp_path / "p2" / "config.json").read_text())
-    assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, "auto")
+    assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, True)
 
 
 def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
-    """--exact-ranks off (the CUDA default): one backward pass per process, gradients all-reduced as a mean.
+    """Without --exact-ranks (the default): one backward pass per process, gradients all-reduced as a mean.
 
     Tolerance: rel 1e-4, abs 1e-5 on every metric and weight. The processes add the same numbers in another order
     (two half-batch sums all-reduced instead of one sum; float32, ~1e-7 relative per step), so PPO is checked on one
     update (two epochs of two minibatches: four optimizer steps), before any sampled token can differ. The
     micro-batched two-process run also checks that micro-batches change only the summation order.
     """
-    _run("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "off", "--output-dir", tmp_path / "r1")
-    _run("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "off", "--output-dir", tmp_path / "r2")
+    _run("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
+    _run("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
     _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
 
-    policy = [*_policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32), "--exact-ranks", "off"]
+    policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
     _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
     _run("train_policy.py", 2, *policy, "--micro-batch-size", 2, "--output-dir", tmp_path / "p2")
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
