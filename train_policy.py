@@ -290,6 +290,11 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                args: Args, ranks: Ranks) -> list[dict[str, float]]:
     """Phase 5: noptepochs epochs of PPO minibatch steps; returns each minibatch's stats, averaged over ranks."""
     ppo = args.ppo
+
+    def rank_var(x: torch.Tensor) -> torch.Tensor:
+        """Each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged."""
+        return x.reshape(-1, args.rank_minibatch_size * x.shape[1]).var(dim=1, unbiased=False).mean()
+
     stats: list[torch.Tensor] = []  # [blocks, stats] per minibatch, kept on the device: a GPU never waits for a log line
     for _ in range(ppo.noptepochs):
         for mb in minibatch_indices(ranks, args):
@@ -323,9 +328,6 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                     }.items():
                         block_stats[k] = block_stats.get(k, 0.0) + weight * v.detach().float()
                 gradients.add()
-                # each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged
-                rank_var = lambda x: x.reshape(-1, args.rank_minibatch_size * x.shape[1]).var(  # noqa: E731
-                    dim=1, unbiased=False).mean()
                 block_returns, block_values = returns[block], data["values"][mb[block]]
                 block_stats.update({"returns/mean": block_returns.mean(), "returns/var": rank_var(block_returns),
                                     "val/mean": block_values.mean(), "val/var": rank_var(block_values)})

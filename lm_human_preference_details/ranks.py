@@ -176,11 +176,6 @@ class Ranks:
         dist.all_reduce(y, op=dist.ReduceOp.SUM)
         return y.to(x.device)
 
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """The mean of ``x`` over processes: the mean over ranks of per-process means of equal shares."""
-        # OAI lm_human_preferences/utils/core.py: mpi_allreduce_mean
-        return self.sum(x) / self.world_size if self.world_size > 1 else x
-
     def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Replace each gradient by its mean over processes (FIDELITY E10), in one flat all-reduce."""
         # OAI lm_human_preferences/utils/core.py: minimize, gradients mpi_allreduce_mean-ed across ranks
