@@ -34,23 +34,9 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import numpy as np
 import torch
 import tyro
-from tqdm.auto import tqdm
 
 import train_reward
-from lm_human_preference_details.checkpoint import (
-    BackgroundSaver,
-    Stopped,
-    StopSignals,
-    check_finite,
-    check_same_run,
-    checkpoint_dir,
-    fingerprint,
-    list_checkpoints,
-    load_checkpoint,
-    prepare_run_dir,
-    restore,
-    training_state,
-)
+from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, pick_device, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import (
@@ -59,7 +45,6 @@ from lm_human_preference_details.model import (
     check_saved_model,
     load_lm,
     load_model_dir,
-    save_model_dir,
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
 from lm_human_preference_details.optim import TF1Adam, set_lr
@@ -77,9 +62,9 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import Ranks, rank_seed, setup_distributed, shutdown_distributed
+from lm_human_preference_details.run import Run, check_finite
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task, parse_args
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
-from lm_human_preference_details.tracking import Tracker
 
 
 @dataclass
@@ -402,119 +387,80 @@ def train(args: Args) -> dict:
     compile_blocks(args.compile)
     # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    run_dir = Path(args.output_dir)
-    with ranks.main_first():  # before anything is written: process 0 checks and cleans the run directory
-        resume_from = (prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite) if ranks.is_main
-                       else (list_checkpoints(run_dir) or [None])[-1] if args.resume else None)
-    task = get_task(args.task_name)
-    with ranks.main_first():  # process 0 builds any cached assets, the others read them
-        task.prepare()
-    tokenizer = load_tokenizer(args.base_model)
-    pad_id = tokenizer.pad_token_id
-    reward_model, reward_hparams = get_reward_model(args, tokenizer, device)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
+    inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,
+              args.rewards.train_new_model.labels.source]
+    with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
+        task = get_task(args.task_name)
+        with ranks.main_first():  # process 0 builds any cached assets, the others read them
+            task.prepare()
+        tokenizer = load_tokenizer(args.base_model)
+        pad_id = tokenizer.pad_token_id
+        reward_model, reward_hparams = get_reward_model(args, tokenizer, device)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
 
-    policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-    ref_policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-    ref_policy.requires_grad_(False)
-    ranks.broadcast_parameters(policy)  # OAI train_policy.py: sync_models, every rank starts from rank 0's weights
-    ranks.broadcast_parameters(ref_policy)
-    optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5
-    kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
-              if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4
-    # E9: rank r's block of every batch (its whitening group) comes from rank r's own query stream
-    sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
-                                 num_ranks=args.num_ranks, ranks=ranks.held,
-                                 labels_source=args.rewards.train_new_model.labels.source)
-    prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
-    config = dataclasses.asdict(args)
-    # everything the next update depends on; a resumed run loads it into the objects just built (checkpoint.py)
-    objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks}
-    run_identity = {**config, "reward_model_fingerprint": fingerprint(reward_model)}
-    checkpoint = load_checkpoint(resume_from) if resume_from else {"update": 0, "elapsed": 0.0, "tracker": {}}
-    if resume_from:
-        check_same_run(checkpoint["config"], run_identity)
-    tracker = Tracker(run_dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
-                      name=f"policy_{args.task_name}_seed{args.seed}_{int(time.time())}",
-                      resume_step=checkpoint["update"] if args.resume else None,
-                      wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=ranks.is_main)
+        policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
+        ref_policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
+        ref_policy.requires_grad_(False)
+        ranks.broadcast_parameters(policy)  # OAI train_policy.py: sync_models, every rank starts from rank 0's weights
+        ranks.broadcast_parameters(ref_policy)
+        optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5
+        kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
+                  if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4
+        # E9: rank r's block of every batch (its whitening group) comes from rank r's own query stream
+        sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
+                                     num_ranks=args.num_ranks, ranks=ranks.held,
+                                     labels_source=args.rewards.train_new_model.labels.source)
+        prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
+        config = dataclasses.asdict(args)
+        # everything the next update depends on: a checkpoint saves it, --resume loads it into these objects
+        objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks}
+        first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": fingerprint(reward_model)},
+                                 models={"policy": policy}, tokenizer=tokenizer)
+        run.print(f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
+                  f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
+                  f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch "
+                  f"{args.micro_batch_size or 'off'}, device {device}, run dir {run.dir}")
+
+        stats: dict[str, float] = {}
+        last = time.time()
+        show = {"score": "ppo/objective/score", "kl": "ppo/objective/kl", "kl_coef": "ppo/objective/kl_coef"}
+        for update in run.updates(first_update, args.n_updates, "ppo", show=show):
+            lr = annealed_lr(args.ppo.lr, update, args.n_updates)  # E8: constant within an update
+            set_lr(optimizer, lr)
+            queries = next(sampler).to(device)  # [batch_size / world_size, query_length]: the held ranks' blocks
+            # 1-3. rollout, reference log-probs, scores
+            with autocast:
+                data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks)
+            # 4. E3: per-token KL penalty, the score at the last token
+            kl_coef = kl_ctl.value
+            data["rewards"], data["non_score_reward"], _ = kl_rewards(data["scores"], data["logprobs"],
+                                                                      data["ref_logprobs"], kl_coef)
+            # 5. PPO epochs
+            with autocast:
+                train_stats = ppo_epochs(policy, optimizer, data, args, ranks)
+            check_finite(f"update {update}", scores=data["scores"], kl=data["logprobs"] - data["ref_logprobs"],
+                         rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
+            # 6. log, adapt kl_coef (E4, after the update, from the logged batch KL), save
+            now = time.time()
+            stats = update_stats(data, train_stats, kl_coef, update, args, run.elapsed, now - last, ranks)
+            stats["ppo/ppo/lr"] = lr
+            # the task's own metrics, per block (each rank's rows with --exact-ranks), averaged over all of them
+            extras = [task.extra_stats(tokenizer, {k: v[block] for k, v in data.items()})
+                      for block in ranks.blocks(len(queries))]
+            extra = torch.tensor([list(e.values()) for e in extras], dtype=torch.float64)  # [blocks, metrics]
+            stats.update(zip(extras[0], ranks.mean_over_blocks(extra).tolist()))
+            last = now
+            run.log(stats, step=update)
+            kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)
+            if update % args.log_interval == 0 and ranks.is_main:
+                rows = sample_rows(tokenizer, data, args.rewards.kl_coef)  # the original prints with the initial kl_coef
+                run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
+                for q, r, s, k, t in rows:
+                    run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
+
     if ranks.is_main:
-        print(f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
-              f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
-              f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch {args.micro_batch_size or 'off'}, "
-              f"device {device}, run dir {run_dir}")
-
-    first_update = restore(checkpoint, objects) if resume_from else 0
-    start = time.time() - checkpoint["elapsed"]
-    last = time.time()
-
-    saver = BackgroundSaver(run_dir, args.keep_checkpoints, models={"policy": policy})
-
-    def save(done: int) -> Path:
-        """A thread copies the state to CPU memory during the next rollout, then writes the training checkpoint and
-        the Hugging Face policy directory with its update index (process 0)."""
-        # every process takes part: the ranks' generator states are gathered from all of them
-        state = training_state(done, objects, config=run_identity, tracker=tracker.state_dict(), elapsed=time.time() - start)
-        if not ranks.is_main:
-            return checkpoint_dir(run_dir, done)
-        tracker.flush()  # every row logged before this checkpoint is on disk before it is
-        return saver.save(done, state, lambda copies: save_model_dir(run_dir / "policy", copies["policy"], tokenizer,
-                                                                     {**config, "update": done}))
-
-    stats: dict[str, float] = {}
-    stop = StopSignals()  # SIGTERM / SIGINT: finish the update, save, exit with one line
-    progress = tqdm(range(first_update, args.n_updates), desc="ppo", dynamic_ncols=True, initial=first_update,
-                    total=args.n_updates, disable=not ranks.is_main)
-    for update in saver.watch(stop.watch(progress)):  # saver.watch: the last write completes before the end
-        lr = annealed_lr(args.ppo.lr, update, args.n_updates)  # E8: constant within an update
-        set_lr(optimizer, lr)
-        queries = next(sampler).to(device)  # [batch_size / world_size, query_length]: the held ranks' blocks
-        # 1-3. rollout, reference log-probs, scores
-        with autocast:
-            data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks)
-        # 4. E3: per-token KL penalty, the score at the last token
-        kl_coef = kl_ctl.value
-        data["rewards"], data["non_score_reward"], _ = kl_rewards(data["scores"], data["logprobs"], data["ref_logprobs"],
-                                                                  kl_coef)
-        # 5. PPO epochs (they change the weights: a checkpoint saved after the last update must be copied first)
-        saver.wait_copied()
-        with autocast:
-            train_stats = ppo_epochs(policy, optimizer, data, args, ranks)
-        check_finite(f"update {update}", scores=data["scores"], kl=data["logprobs"] - data["ref_logprobs"],
-                     rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
-        # 6. log, adapt kl_coef (E4, after the update, from the logged batch KL), save
-        now = time.time()
-        stats = update_stats(data, train_stats, kl_coef, update, args, now - start, now - last, ranks)
-        stats["ppo/ppo/lr"] = lr
-        # the task's own metrics, per block (each rank's rows with --exact-ranks), averaged over all of them
-        extras = [task.extra_stats(tokenizer, {k: v[block] for k, v in data.items()}) for block in ranks.blocks(len(queries))]
-        extra = torch.tensor([list(e.values()) for e in extras], dtype=torch.float64)  # [blocks, metrics]
-        stats.update(zip(extras[0], ranks.mean_over_blocks(extra).tolist()))
-        last = now
-        tracker.log(stats, step=update)
-        kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)
-        progress.set_postfix(score=f"{stats['ppo/objective/score']:.3f}", kl=f"{stats['ppo/objective/kl']:.2f}",
-                             kl_coef=f"{kl_coef:.4f}")
-        if update % args.log_interval == 0 and ranks.is_main:
-            rows = sample_rows(tokenizer, data, args.rewards.kl_coef)  # the original prints with the initial kl_coef
-            tracker.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
-            for q, r, s, k, t in rows:
-                tqdm.write(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
-        # every process stops at the same update: a signal reaching one of them stops all (the save is collective)
-        stopping = ranks.sum(torch.tensor([float(stop.signum is not None)])).item() > 0
-        if (update + 1) % args.save_interval == 0 or update + 1 == args.n_updates or stopping:
-            saved = save(update + 1)
-        saver.check()  # a write that failed ends the run now, not 50 updates later
-        if stopping:
-            saver.wait()
-            tracker.close()
-            raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with --resume",
-                          stop.signum)
-
-    tracker.close()
-    if ranks.is_main:
-        print(f"saved policy to {run_dir / 'policy'}")
+        print(f"saved policy to {run.dir / 'policy'}")
         task.report(args, tokenizer, policy, ref_policy, reward_model, reward_hparams.get("results", {}))
     return {"policy": policy, "ref_policy": ref_policy, "reward_model": reward_model, "stats": stats}
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -30,20 +29,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from tqdm.auto import tqdm
 
-from lm_human_preference_details.checkpoint import Stopped, StopSignals, check_finite, prepare_run_dir, save_errors
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, pick_device, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
-from lm_human_preference_details.model import Policy, RewardModel, load_lm, save_model_dir
+from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import Ranks, rank_seed, setup_distributed, shutdown_distributed
+from lm_human_preference_details.run import Run, check_finite
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task, parse_args
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
-from lm_human_preference_details.tracking import Tracker
 
 
 @dataclass
@@ -210,119 +207,101 @@ def train(args: Args) -> Path:
     ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks)
     args.world_size = ranks.world_size
     compile_blocks(args.compile)
-    log = print if ranks.is_main else (lambda *a: None)
-    run_dir = Path(args.output_dir)
-    save_dir = run_dir / "reward_model"
-    if args.resume and save_dir.is_dir():  # written atomically: it exists only once complete
-        log(f"resume: reusing the finished reward model {save_dir}")
+    # no checkpoints within this phase (minutes long): --resume reuses a finished reward model or trains it again
+    with Run(args, "reward", inputs=[args.base_model, args.labels.source, args.task.query_dataset], ranks=ranks) as run:
+        if run.finished:
+            return run.dir / "reward_model"
+        # 1. labels: OpenAI's schema, pads 50259 mapped to ours (FIDELITY A2)
+        with ranks.main_first():  # process 0 builds or downloads into the cache, the others read it
+            get_task(args.task_name).prepare()
+            label_path = fetch_oai(args.labels.source)
+        tokenizer = load_tokenizer(args.base_model)
+        pad_id = tokenizer.pad_token_id
+        all_labels = load_best_of_n_labels(label_path, n=args.label_n, query_length=args.task.query_length,
+                                           response_length=args.task.response_length, pad_id=pad_id)
+        n_total = len(all_labels["best"])
+        if n_total < args.labels.num_train:
+            raise UserError(f"label file {label_path} holds {n_total} labels but labels.num_train is "
+                            f"{args.labels.num_train}; lower --labels.num-train")
+        train_labels = {k: v[: args.labels.num_train] for k, v in all_labels.items()}
+        eval_labels = {k: v[args.labels.num_train : args.labels.num_train + args.eval_labels] for k, v in all_labels.items()}
+
+        # the initial policy samples the normalisation queries; the reward model starts from the same LM
+        policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
+        policy.requires_grad_(False)
+        reward_model = RewardModel(load_lm(args.base_model), pad_id).to(device)
+        ranks.broadcast_parameters(reward_model)  # OAI train_reward.py: sync_models, every rank starts from rank 0's weights
+        # E9: each held rank draws its block of every batch from its own query stream
+        sampler = make_query_sampler(tokenizer, args.task, batch_size=args.rollout_batch_size, seed=args.seed,
+                                     num_ranks=args.num_ranks, ranks=ranks.held, labels_source=str(label_path))
+        prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
+
+        def stats_fn(n: int) -> tuple[float, float]:
+            return reward_stats(reward_model, policy, sampler, args, n, prefix, suffix, ranks)
+
+        config = dataclasses.asdict(args)
+        run.start(config, tokenizer=tokenizer)
+        n_batches = args.labels.num_train // args.batch_size
+        run.print(f"train_reward: {args.labels.num_train} labels ({n_total} in file, {len(eval_labels['best'])} held out), "
+                  f"{n_batches} batches of {args.batch_size}, {args.num_ranks} ranks on {ranks.world_size} process(es), "
+                  f"device {device}, run dir {run.dir}")
+
+        # 2. normalise before training (best_of_N targets mean 0, std 1: label_types.py target_scales is None)
+        if args.normalize_before and args.normalize_samples:
+            norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
+            run.log({f"train_reward/normalize_before/{k}": v for k, v in norm.items()}, step=0)
+            run.print(f"normalize_before: {norm}")
+
+        # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
+        optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
+        permutation = torch.from_numpy(ranks.shared_permutation(args.labels.num_train))
+        for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
+                                                                     "lr": "train_reward/minibatch/lr"}):
+            start = batch * args.batch_size
+            lr = annealed_lr(args.lr, start, args.labels.num_train)
+            set_lr(optimizer, lr)
+            indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
+            optimizer.zero_grad(set_to_none=True)
+            gradients = ranks.gradient_sum(reward_model.parameters())
+            block_stats = []  # [loss, accuracy] of each block: each rank's labels apart with --exact-ranks
+            for block in ranks.blocks(len(indices)):
+                block_indices = indices[block]
+                sums = torch.zeros(2, dtype=torch.float64)
+                for part in args.micro_batches(len(block_indices)):
+                    mb = block_indices[part]
+                    rewards = rewards_of_labels(reward_model, train_labels["queries"][mb].to(device),
+                                                train_labels["samples"][mb].to(device))  # [micro, N]
+                    loss, accuracy = best_of_n_loss(rewards, train_labels["best"][mb].to(device))
+                    (loss * len(mb) / len(block_indices)).backward()  # the loss is a mean over the block's labels
+                    sums += torch.tensor([loss.item(), accuracy.item()], dtype=torch.float64) * len(mb)
+                gradients.add()
+                block_stats.append(sums / len(block_indices))
+            gradients.reduce()  # E10: the mean over all ranks' labels
+            optimizer.step()
+            # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
+            loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack(block_stats)).tolist()
+            check_finite(f"reward model batch {batch}", loss=loss_mean)
+            run.log({"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
+                     "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}, step=batch)
+
+        results = {}
+        if len(eval_labels["best"]):
+            accuracy = results["heldout_accuracy"] = heldout_accuracy(reward_model, eval_labels, args, device)
+            run.log({"train_reward/eval/accuracy": accuracy}, step=n_batches)
+            run.print(f"held-out accuracy on {len(eval_labels['best'])} labels: {accuracy:.3f} "
+                      f"(chance {1 / args.label_n:.2f})")
+
+        # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7)
+        if args.normalize_after and args.normalize_samples:
+            norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
+            run.log({f"train_reward/normalize_after/{k}": v for k, v in norm.items()}, step=n_batches)
+            run.print(f"normalize_after: {norm}")
+
+        # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8); never a non-finite model
+        check_finite("the end of reward model training", weights=reward_model)
+        save_dir = run.save_model("reward_model", reward_model, {**config, "results": results})
+        run.print(f"saved reward model to {save_dir}")
         return save_dir
-    # no checkpoints within this phase (minutes long): --resume trains an unfinished reward model again
-    with ranks.main_first():
-        if ranks.is_main:
-            prepare_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite, resumable=False)
-
-    # 1. labels: OpenAI's schema, pads 50259 mapped to ours (FIDELITY A2)
-    with ranks.main_first():  # process 0 builds or downloads into the cache, the others read it
-        get_task(args.task_name).prepare()
-        label_path = fetch_oai(args.labels.source)
-    tokenizer = load_tokenizer(args.base_model)
-    pad_id = tokenizer.pad_token_id
-    all_labels = load_best_of_n_labels(label_path, n=args.label_n, query_length=args.task.query_length,
-                                       response_length=args.task.response_length, pad_id=pad_id)
-    n_total = len(all_labels["best"])
-    if n_total < args.labels.num_train:
-        raise UserError(f"label file {label_path} holds {n_total} labels but labels.num_train is "
-                        f"{args.labels.num_train}; lower --labels.num-train")
-    train_labels = {k: v[: args.labels.num_train] for k, v in all_labels.items()}
-    eval_labels = {k: v[args.labels.num_train : args.labels.num_train + args.eval_labels] for k, v in all_labels.items()}
-
-    # the initial policy samples the normalisation queries; the reward model starts from the same LM
-    policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-    policy.requires_grad_(False)
-    reward_model = RewardModel(load_lm(args.base_model), pad_id).to(device)
-    ranks.broadcast_parameters(reward_model)  # OAI train_reward.py: sync_models, every rank starts from rank 0's weights
-    # E9: each held rank draws its block of every batch from its own query stream
-    sampler = make_query_sampler(tokenizer, args.task, batch_size=args.rollout_batch_size, seed=args.seed,
-                                 num_ranks=args.num_ranks, ranks=ranks.held, labels_source=str(label_path))
-    prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
-
-    def stats_fn(n: int) -> tuple[float, float]:
-        return reward_stats(reward_model, policy, sampler, args, n, prefix, suffix, ranks)
-
-    config = dataclasses.asdict(args)
-    tracker = Tracker(run_dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
-                      name=f"reward_{args.task_name}_seed{args.seed}_{int(time.time())}", enabled=ranks.is_main)
-    n_batches = args.labels.num_train // args.batch_size
-    log(f"train_reward: {args.labels.num_train} labels ({n_total} in file, {len(eval_labels['best'])} held out), "
-        f"{n_batches} batches of {args.batch_size}, {args.num_ranks} ranks on {ranks.world_size} process(es), "
-        f"device {device}, run dir {run_dir}")
-
-    # 2. normalise before training (best_of_N targets mean 0, std 1: label_types.py target_scales is None)
-    if args.normalize_before and args.normalize_samples:
-        norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
-        tracker.log({f"train_reward/normalize_before/{k}": v for k, v in norm.items()}, step=0)
-        log(f"normalize_before: {norm}")
-
-    # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
-    optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
-    permutation = torch.from_numpy(ranks.shared_permutation(args.labels.num_train))
-    progress = tqdm(range(n_batches), desc="reward model", dynamic_ncols=True, disable=not ranks.is_main)
-    stop = StopSignals()  # SIGTERM / SIGINT: exit after this batch with one line
-    for batch in stop.watch(progress):
-        start = batch * args.batch_size
-        lr = annealed_lr(args.lr, start, args.labels.num_train)
-        set_lr(optimizer, lr)
-        indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
-        optimizer.zero_grad(set_to_none=True)
-        gradients = ranks.gradient_sum(reward_model.parameters())
-        block_stats = []  # [loss, accuracy] of each block: each rank's labels apart with --exact-ranks
-        for block in ranks.blocks(len(indices)):
-            block_indices = indices[block]
-            sums = torch.zeros(2, dtype=torch.float64)
-            for part in args.micro_batches(len(block_indices)):
-                mb = block_indices[part]
-                rewards = rewards_of_labels(reward_model, train_labels["queries"][mb].to(device),
-                                            train_labels["samples"][mb].to(device))  # [micro, N]
-                loss, accuracy = best_of_n_loss(rewards, train_labels["best"][mb].to(device))
-                (loss * len(mb) / len(block_indices)).backward()  # the loss is a mean over the block's labels
-                sums += torch.tensor([loss.item(), accuracy.item()], dtype=torch.float64) * len(mb)
-            gradients.add()
-            block_stats.append(sums / len(block_indices))
-        gradients.reduce()  # E10: the mean over all ranks' labels
-        optimizer.step()
-        # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
-        loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack(block_stats)).tolist()
-        check_finite(f"reward model batch {batch}", loss=loss_mean)
-        stats = {"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
-                 "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}
-        tracker.log(stats, step=batch)
-        progress.set_postfix(loss=f"{stats['train_reward/minibatch/loss']:.3f}", lr=f"{lr:.2e}")
-        if stop.signum:
-            tracker.close()
-            raise Stopped(f"stopped by {stop.name} during reward model training (batch {batch}); --resume trains it "
-                          "again", stop.signum)
-
-    results = {}
-    if len(eval_labels["best"]):
-        accuracy = results["heldout_accuracy"] = heldout_accuracy(reward_model, eval_labels, args, device)
-        tracker.log({"train_reward/eval/accuracy": accuracy}, step=n_batches)
-        log(f"held-out accuracy on {len(eval_labels['best'])} labels: {accuracy:.3f} (chance {1 / args.label_n:.2f})")
-
-    # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7)
-    if args.normalize_after and args.normalize_samples:
-        norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
-        tracker.log({f"train_reward/normalize_after/{k}": v for k, v in norm.items()}, step=n_batches)
-        log(f"normalize_after: {norm}")
-
-    # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8); never a non-finite model
-    check_finite("the end of reward model training", weights=reward_model)
-    if ranks.is_main:
-        with save_errors(run_dir, save_dir):
-            save_model_dir(save_dir, reward_model, tokenizer, {**config, "results": results})
-    tracker.close()
-    log(f"saved reward model to {save_dir}")
-    ranks.barrier()  # every process may read the saved model now
-    return save_dir
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Never lose a run: training checkpoints, the run-directory guard, SIGTERM/SIGINT as a flag, the non-finite guard.
+"""What a training checkpoint holds, and how it is written and read back (when and where to save is run.py's).
 
 A checkpoint is one file, ``RUN/checkpoints/update_NNNNNNNN/state.pt``, written atomically after update N: the
 state_dict of every object the next update depends on (policy and value head, optimizer, KL controller, query
@@ -14,13 +14,11 @@ import contextlib
 import copy
 import errno
 import hashlib
-import os
 import random
 import shutil
-import signal
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -29,22 +27,11 @@ from torch import nn
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path
 
-T = TypeVar("T")
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
-# what a run directory holds once a run has started in it (tracking.py, train_*.py)
-RUN_MARKERS = ("config.json", "metrics.jsonl", CHECKPOINTS, "reward", "reward_model", "policy")
 # options a resumed run may change: where and how it runs, not what it computes
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_size", "track",
                         "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "log_interval"}
-
-
-class Stopped(UserError):
-    """The run stopped on SIGTERM or SIGINT after saving a checkpoint; exit status 128 + the signal's number."""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
 
 
 # ----------------------------------------------------------------------------------------------- random generators
@@ -300,119 +287,10 @@ class BackgroundSaver:
             self._thread = None
         self.check()
 
-    def watch(self, iterable: Iterable[T]) -> Iterator[T]:
-        """Iterate, then `wait`. When the loop breaks or raises, the write under way still completes (its error, if
-        any, is dropped: the loop's own error is the one to show, and the checkpoint before stays good)."""
-        try:
-            yield from iterable
-        except GeneratorExit:
-            if self._thread is not None:
-                self._thread.join()
-            raise
-        self.wait()
-
-
-# ----------------------------------------------------------------------------------------------- the run directory
-def holds_run(run_dir: Path) -> bool:
-    return any((Path(run_dir) / m).exists() for m in RUN_MARKERS)
-
-
-def remove_partial_saves(run_dir: Path) -> None:
-    """Clean up after a killed `files.atomic_path`: drop ``.NAME.tmp-*``; put back a ``.NAME.old-PID`` whose
-    replacement never arrived."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return
-    for tmp in list(run_dir.rglob(".*.tmp-*")):
-        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
-    for old in list(run_dir.rglob(".*.old-*")):
-        final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(old, final)
-
-
-def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool, resumable: bool = True) -> Path | None:
-    """Before a run writes anything: clean up killed saves, never mix two runs; -> the checkpoint to resume from.
-
-    ``resumable`` False (the reward model run, which has no checkpoints): --resume starts an unfinished run again.
-    """
-    run_dir = Path(run_dir)
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; pass one of them")
-    remove_partial_saves(run_dir)
-    if not holds_run(run_dir):
-        if resume:
-            print(f"resume: {run_dir} holds no run yet; starting from the beginning")
-        return None
-    if not (resume or overwrite):
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or --overwrite to delete it "
-                        "and start again")
-    if overwrite or not resumable:
-        print(f"{'overwrite' if overwrite else 'resume'}: deleting the {'run' if overwrite else 'unfinished run'} "
-              f"in {run_dir} and starting again")
-        shutil.rmtree(run_dir)
-        return None
-    found = list_checkpoints(run_dir)
-    print(f"resume: continuing from {found[-1]}" if found else
-          f"resume: {run_dir} holds no checkpoint yet; starting from the beginning")
-    return found[-1] if found else None
-
-
-# ----------------------------------------------------------------------------------------------- signals
-class StopSignals:
-    """While active, SIGTERM and SIGINT only set ``signum``; the loop checks it at the end of an update.
-
-    A second SIGINT (Ctrl-C twice) interrupts at once. The previous handlers come back on exit.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __enter__(self) -> StopSignals:
-        for s in self.SIGNALS:
-            self._previous[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-    def watch(self, iterable: Iterable[T]) -> Iterator[T]:
-        """Iterate with the handlers installed; the old ones come back when the loop ends, breaks or raises."""
-        with self:
-            yield from iterable
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else ""
-
-
-# ----------------------------------------------------------------------------------------------- non-finite guard
-def _finite_flags(values: Iterable[Any]) -> list[bool]:
-    """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
-    flags = []
-    for v in values:
-        if isinstance(v, nn.Module):
-            params = [p.detach() for p in v.parameters()]
-            flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True))
-        else:
-            flags.append(torch.isfinite(torch.as_tensor(v, dtype=torch.float64) if not torch.is_tensor(v) else v).all())
-    return [bool(f) for f in flags]
-
-
-def check_finite(where: str, **values: Any) -> None:
-    """Raise a one-line UserError naming the first non-finite quantity (in argument order) and ``where``."""
-    for name, ok in zip(values, _finite_flags(values.values())):
-        if not ok:
-            raise UserError(f"non-finite {name} at {where}: the run stops here and saves nothing from it (earlier "
-                            "checkpoints are kept); lower the learning rate or check the reward model and temperature")
+    def wait_quietly(self) -> None:
+        """Wait for the write under way and drop its error: when the training loop fails, its own error is the one to
+        show, and the checkpoint before stays the last good one."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._error = None

@@ -1,15 +1,59 @@
-"""Files on disk: the cache directory that downloads and built assets live in, and atomic writes."""
+"""Files on disk: the cache directory that downloads and built assets live in, and atomic writes.
+
+An atomic write goes to a temporary beside its target, named ``.lmhp-tmp~HOST~PID~NAME~XXXX`` (a name no user file
+has), and is renamed onto the target only when complete. A process killed half-way leaves that temporary behind;
+the next atomic write into the same directory removes it once its owner (same host, that pid) is gone.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
+TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
+HOST = socket.gethostname().replace("~", "-")
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the process that made our temporary ``name`` (``PREFIX~HOST~PID~...``) has ended."""
+    parts = name.split("~")
+    if len(parts) < 4 or parts[1] != HOST or not parts[2].isdigit():
+        return False  # another machine's (a shared file system): not ours to judge
+    try:
+        os.kill(int(parts[2]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def remove_leftovers(directory: str | os.PathLike) -> list[str]:
+    """Remove the temporaries that killed atomic writes left in ``directory``; put back a target whose
+    replacement never arrived. Only our own names are looked at; -> the names handled."""
+    directory = Path(directory)
+    handled = []
+    if not directory.is_dir():
+        return handled
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if not (name.startswith(TMP + "~") or name.startswith(OLD + "~")) or not _owner_gone(name):
+            continue
+        if name.startswith(OLD + "~"):
+            final = directory / "~".join(name.split("~")[3:])
+            if not final.exists():  # killed between the two renames: the previous version comes back
+                os.replace(entry, final)
+                handled.append(name)
+                continue
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        handled.append(name)
+    return handled
 
 
 @contextlib.contextmanager
@@ -20,7 +64,8 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False) -> Iterator[Path
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    remove_leftovers(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it owner-only; a renamed directory should not be
@@ -29,7 +74,7 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False) -> Iterator[Path
         yield target
         if is_dir:
             if final.exists():
-                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                old = final.with_name(f"{OLD}~{HOST}~{os.getpid()}~{final.name}")
                 os.replace(final, old)
                 os.replace(target, final)
                 shutil.rmtree(old, ignore_errors=True)

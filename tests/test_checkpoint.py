@@ -1,5 +1,5 @@
-"""checkpoint.py: checkpoints, the run-directory guard, stop signals, the non-finite guard; then kill, stop and
-resume both scripts and compare with an uninterrupted run."""
+"""checkpoint.py: what a checkpoint holds, written in the background and read back; the non-finite guard; then kill, stop
+and resume both scripts and compare with an uninterrupted run."""
 
 import errno
 import json
@@ -17,17 +17,9 @@ import pytest
 import torch
 
 from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.checkpoint import (
-    Stopped,
-    StopSignals,
-    check_finite,
-    check_same_run,
-    list_checkpoints,
-    load_checkpoint,
-    prepare_run_dir,
-    save_checkpoint,
-)
+from lm_human_preference_details.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.run import Stopped, check_finite
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,11 +188,14 @@ def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "write_state", slow_write)
     saver = ckpt.BackgroundSaver(tmp_path, keep=1)
     with pytest.raises(UserError, match="non-finite"):
-        for update in saver.watch(range(5)):
-            if update == 1:
-                saver.save(2, ckpt.training_state(2, {"layer": layer}))
-            if update == 2:
-                check_finite("update 2", loss=[float("nan")])
+        try:
+            for update in range(5):
+                if update == 1:
+                    saver.save(2, ckpt.training_state(2, {"layer": layer}))
+                if update == 2:
+                    check_finite("update 2", loss=[float("nan")])
+        finally:
+            saver.wait_quietly()  # what a Run does when its loop raises
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000002"]
 
 
@@ -211,29 +206,6 @@ def test_a_corrupt_checkpoint_is_one_line(tmp_path):
         load_checkpoint(path)
 
 
-def test_the_run_directory_guard(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert prepare_run_dir(run, resume=False, overwrite=False) is None  # nothing there: a fresh run
-    assert prepare_run_dir(run, resume=True, overwrite=False) is None and "holds no run yet" in capsys.readouterr().out
-    run.mkdir()
-    (run / "metrics.jsonl").write_text("")
-    with pytest.raises(UserError, match="already holds a run; pass --resume to continue it, or --overwrite"):
-        prepare_run_dir(run, resume=False, overwrite=False)
-    with pytest.raises(UserError, match="contradict"):
-        prepare_run_dir(run, resume=True, overwrite=True)
-    assert prepare_run_dir(run, resume=True, overwrite=False) is None  # a run killed before its first checkpoint
-    kept = save_checkpoint(run, 3, {"update": 3}, keep=1)
-    (run / "checkpoints" / ".update_00000005.tmp-abc").mkdir()  # a save killed half-way
-    (run / ".policy.old-123").mkdir()  # killed between atomic_path's two renames: the old policy comes back
-    assert prepare_run_dir(run, resume=True, overwrite=False) == kept
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [kept.name] and (run / "policy").is_dir()
-    assert not list(run.glob(".*"))
-    assert prepare_run_dir(run, resume=False, overwrite=True) is None and not run.exists()
-    run.mkdir()
-    (run / "config.json").write_text("{}")  # an unfinished reward model run has no checkpoint: start it again
-    assert prepare_run_dir(run, resume=True, overwrite=False, resumable=False) is None and not run.exists()
-
-
 def test_a_resumed_run_must_compute_the_same_thing():
     saved = {"seed": 1, "device": "cuda", "ppo": {"lr": 1e-5, "batch_size": 512}, "reward_model_fingerprint": "ab"}
     check_same_run(saved, {**saved, "device": "cpu", "resume": True})
@@ -241,23 +213,6 @@ def test_a_resumed_run_must_compute_the_same_thing():
         check_same_run(saved, {**saved, "ppo": {"lr": 1e-3, "batch_size": 512}})
     with pytest.raises(UserError, match="reward_model_fingerprint 'ab' -> 'cd'"):
         check_same_run(saved, {**saved, "reward_model_fingerprint": "cd"})
-
-
-def test_stop_signals_become_a_flag():
-    before = signal.getsignal(signal.SIGTERM)
-    stop = StopSignals()
-    for i in stop.watch(range(5)):
-        if i == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # delivered at once in the main thread: only sets the flag
-        if stop.signum:
-            break
-    assert (i, stop.signum, stop.name) == (1, signal.SIGTERM, "SIGTERM")
-    assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back after the loop
-    with StopSignals() as twice:
-        os.kill(os.getpid(), signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):  # Ctrl-C twice interrupts at once
-            os.kill(os.getpid(), signal.SIGINT)
-    assert twice.signum == signal.SIGINT
 
 
 def test_check_finite_names_the_first_bad_quantity():
@@ -399,7 +354,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     in_save = start(argv, die_in_save=2)
     in_save.communicate()
     assert in_save.returncode == -signal.SIGKILL
-    half_written = list((run / "checkpoints").glob(".update_00000004.tmp-*"))
+    half_written = list((run / "checkpoints").glob(".lmhp-tmp~*~update_00000004~*"))
     assert half_written and [p.name for p in list_checkpoints(run)] == ["update_00000002"]
     assert steps(run)[:4] == [0, 1, 2, 3] and steps(run) == list(range(len(steps(run))))
     # 2. resumed from update 2, its later logs dropped; kill -9 once update 4 is logged (within an update or a save)
@@ -419,7 +374,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     line = one_error_line(err)
     assert "stopped by SIGTERM after update" in line and "continue with --resume" in line
     done = int(line.split("after update ")[1].split(";")[0]) + 1
-    assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".*tmp-*"))
+    assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".lmhp-tmp~*"))
     assert json.loads((run / "policy" / "hparams.json").read_text())["update"] == done
     # 4. resumed to the end, in this process like the uninterrupted run
     train_policy.main([*argv, "--resume"])
@@ -438,7 +393,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     for name in ("policy", "optimizer", "kl_ctl", "sampler", "ranks"):  # every weight, Adam moment, counter, generator
         assert same_state(final["objects"][name], expected["objects"][name]), name
     # 5. a second run into the same directory is refused in one line
-    with pytest.raises(UserError, match="already holds a run; pass --resume to continue it, or --overwrite"):
+    with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
         train_policy.main(argv)
 
 

@@ -1,0 +1,449 @@
+"""A run's life, in one place: its directory and lock, --resume / --overwrite, the tracker, when to save, SIGTERM and
+SIGINT, and the non-finite guard. What a checkpoint holds is checkpoint.py's; the algorithm is the scripts'.
+
+    with Run(args, "policy", inputs=[args.base_model, ...], ranks=ranks) as run:
+        ...                                               # build the models and the query stream
+        first = run.start(config, objects, identity, models={"policy": policy}, tokenizer=tokenizer)
+        for update in run.updates(first, args.n_updates, "ppo", show={...}):
+            ...                                           # the algorithm
+            run.log(stats, step=update)
+
+Safety rules (tests/test_run.py tests each):
+1. A run directory is ours only if it holds our marker, RUN/.lmhp-run.json (kind "reward" or "policy", an id), written
+   when a run starts in a new or empty directory. A run deletes, renames or rewrites files only in a directory with
+   our marker, and there only the entries runs write (`RUN_ENTRIES`); files a user put beside them stay untouched.
+2. A run starts only in a new or empty directory, or in a run of its own kind with --resume or --overwrite. A
+   directory holding anything else is refused, whatever the flags; so are --output-dir "", a run of the other kind,
+   and a directory held by a live run (an exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel drops
+   it when the process dies, kill -9 included, so a stale lock never blocks).
+3. --overwrite is refused, besides, on a directory that holds or contains an input of this run (base model, reward
+   model, label file, query file) or the current working directory.
+4. Temporary files live under names no user file has (files.atomic_path: ``.lmhp-tmp~HOST~PID~...``); the next write
+   into the same directory, the cache's included, removes those whose process is gone.
+5. A run that fails before it starts (before `start`: loading, a late check) leaves nothing behind: a directory that
+   holds only our marker and lock loses them, and is removed if this run made it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Optional
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from lm_human_preference_details.checkpoint import (
+    BackgroundSaver,
+    check_same_run,
+    checkpoint_dir,
+    list_checkpoints,
+    load_checkpoint,
+    restore,
+    save_errors,
+    training_state,
+)
+from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.files import remove_leftovers
+from lm_human_preference_details.tracking import Tracker
+
+MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
+KINDS = ("reward", "policy")
+# what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
+# the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
+               "policy", "reward", "summary.json", "curves.png")
+FINISHED = {"reward": "reward_model"}  # a reward run is finished once its model is saved (atomically)
+
+
+class Stopped(UserError):
+    """The run stopped on SIGTERM or SIGINT after saving what it could; exit status 128 + the signal's number."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+# ----------------------------------------------------------------------------------------------- the directory
+def read_marker(run_dir: Path) -> Optional[dict]:
+    """Our marker's content, or None where there is none (or a foreign file of that name)."""
+    try:
+        marker = json.loads((Path(run_dir) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("kind") in KINDS else None
+
+
+def _is_run_entry(path: Path) -> bool:
+    return any(path.match(pattern) for pattern in RUN_ENTRIES)
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def local_inputs(paths: Iterable[Optional[str]]) -> list[Path]:
+    """The inputs that are files or directories here (Hugging Face names, oai:NAME and URLs are not)."""
+    return [Path(p).expanduser().resolve() for p in paths if p and Path(p).expanduser().exists()]
+
+
+def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: Iterable[Optional[str]] = ()) -> str:
+    """Every rule a run directory must pass before anything is written (module docstring, rules 1-3); writes nothing.
+
+    -> "fresh" (a new or empty directory), "resume" or "overwrite".
+    """
+    if not output_dir or not output_dir.strip():
+        raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other; pass one of them")
+    run_dir = Path(output_dir).expanduser()
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return "fresh"
+    if not run_dir.is_dir():
+        raise UserError(f"--output-dir {output_dir} is a file; pass a directory (it is made if missing)")
+    marker = read_marker(run_dir)
+    if marker is None:
+        example = sorted(p.name for p in run_dir.iterdir())[0]
+        raise UserError(f"--output-dir {output_dir} holds files that are not a run of this project (e.g. {example!r}); "
+                        "a run is never started over them: pass a new or empty directory")
+    if marker["kind"] != kind:
+        raise UserError(f"--output-dir {output_dir} holds a {marker['kind']} run, and this is a {kind} run: "
+                        f"pass another --output-dir")
+    if not (resume or overwrite):
+        raise UserError(f"{output_dir} already holds a {kind} run; pass --resume to continue it, or --overwrite to "
+                        "delete it and start again")
+    if overwrite:
+        here = run_dir.resolve()
+        for path in local_inputs(inputs):
+            if _within(path, here):
+                raise UserError(f"--overwrite would delete {path}, an input of this run, which lies in {output_dir}; "
+                                "pass another --output-dir")
+        if _within(Path.cwd().resolve(), here):
+            raise UserError(f"--overwrite would delete the run in {output_dir}, which holds the current directory; "
+                            "pass another --output-dir")
+    return "resume" if resume else "overwrite"
+
+
+def clear_run(run_dir: Path) -> None:
+    """Delete the entries a run wrote in ``run_dir`` (`RUN_ENTRIES`, a sub-run's only if it has our marker); the
+    marker, the lock and every other file stay."""
+    for entry in sorted(Path(run_dir).iterdir()):
+        if not _is_run_entry(entry):
+            continue
+        if entry.name == "reward" and entry.is_dir():  # a policy run's own reward run: its entries only
+            if read_marker(entry) is not None:
+                clear_run(entry)
+                for own in (MARKER, LOCK):
+                    (entry / own).unlink(missing_ok=True)
+                if not any(entry.iterdir()):
+                    entry.rmdir()
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+class DirectoryLock:
+    """An exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel releases it when the process ends."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(f"{self.path.parent} is in use by a live run ({holder}); wait for it to end, or pass "
+                            "another --output-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the lock
+            self.fd = None
+
+
+# ----------------------------------------------------------------------------------------------- signals
+class StopSignals:
+    """While active, SIGTERM and SIGINT only set ``signum``; the loop checks it at the end of an update.
+
+    A second SIGINT (Ctrl-C twice) interrupts at once, even when both arrive while the main thread is inside one long
+    operation: Python then runs its handler once, so the handler counts the signals the C level wrote to a pipe.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self.interrupts = 0
+        self._previous: dict[int, Any] = {}
+        self._pipe: Optional[tuple[int, int]] = None
+        self._previous_fd = -1
+
+    def _handle(self, signum: int, frame) -> None:
+        received = []
+        if self._pipe is not None:
+            try:
+                received = list(os.read(self._pipe[0], 1024))
+            except BlockingIOError:
+                pass
+        self.interrupts += max(received.count(signal.SIGINT), int(signum == signal.SIGINT))
+        if self.interrupts >= 2:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
+
+    def __enter__(self) -> StopSignals:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        try:
+            self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            self._pipe = (read, write)
+        except ValueError:  # not the main thread: no pipe, one signal per handler call
+            os.close(read), os.close(write)
+        for s in self.SIGNALS:
+            self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else ""
+
+
+# ----------------------------------------------------------------------------------------------- non-finite guard
+def _finite_flags(values: Iterable[Any]) -> list[bool]:
+    """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
+    flags = []
+    for v in values:
+        if isinstance(v, nn.Module):
+            params = [p.detach() for p in v.parameters()]
+            flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True))
+        else:
+            flags.append(torch.isfinite(torch.as_tensor(v, dtype=torch.float64) if not torch.is_tensor(v) else v).all())
+    return [bool(f) for f in flags]
+
+
+def check_finite(where: str, **values: Any) -> None:
+    """Raise a one-line UserError naming the first non-finite quantity (in argument order) and ``where``."""
+    for name, ok in zip(values, _finite_flags(values.values())):
+        if not ok:
+            raise UserError(f"non-finite {name} at {where}: the run stops here and saves nothing from it (earlier "
+                            "checkpoints are kept); lower the learning rate or check the reward model and temperature")
+
+
+# ----------------------------------------------------------------------------------------------- the run
+class Run:
+    """One run's life: entered before anything is written, left when the run ends (module docstring)."""
+
+    def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks):
+        assert kind in KINDS
+        self.args, self.kind, self.ranks = args, kind, ranks
+        self.inputs = list(inputs)
+        self.dir = Path(args.output_dir)
+        self.tracker: Optional[Tracker] = None
+        self.saver: Optional[BackgroundSaver] = None
+        self.resume_from: Optional[Path] = None
+        self.finished = False
+        self.show: dict[str, str] = {}
+        self._lock = DirectoryLock(self.dir)
+        self._made_dir = False
+        self._started = False
+        self._start_time = time.time()
+
+    @property
+    def is_main(self) -> bool:
+        return self.ranks.is_main
+
+    def print(self, *text: str) -> None:
+        """Print on process 0 only, above the progress bar."""
+        if self.is_main:
+            tqdm.write(" ".join(text))
+
+    # -------------------------------------------------------------------------- enter: check, lock, prepare
+    def __enter__(self) -> Run:
+        args = self.args
+        mode = check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite, inputs=self.inputs)
+        with self.ranks.main_first():  # process 0 locks and prepares the directory, then the others read it
+            if self.is_main:
+                self._prepare(mode)
+        if self.finished:
+            return self
+        if args.resume and self.kind == "policy":
+            found = list_checkpoints(self.dir)
+            self.resume_from = found[-1] if found else None
+            self.print(f"resume: continuing from {self.resume_from}" if self.resume_from else
+                       f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
+        return self
+
+    def _prepare(self, mode: str) -> None:
+        """Process 0: take the lock, then clean, clear or mark the directory as ``mode`` says."""
+        self._made_dir = not self.dir.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        # re-read under the lock: another run may have started here since the check
+        if mode == "fresh" and any(p.name != LOCK for p in self.dir.iterdir()):
+            mode = check_run_dir(self.args.output_dir, self.kind, resume=self.args.resume,
+                                 overwrite=self.args.overwrite, inputs=self.inputs)
+        remove_leftovers(self.dir)
+        remove_leftovers(self.dir / "checkpoints")
+        finished = FINISHED.get(self.kind)
+        if mode == "resume" and finished and (self.dir / finished).is_dir():
+            self.print(f"resume: reusing the finished {self.kind} model {self.dir / finished}")
+            self.finished = True
+            return
+        if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
+            self.print(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
+                       "starting again")
+            clear_run(self.dir)
+        elif mode == "fresh" and self.args.resume:
+            self.print(f"resume: {self.dir} holds no run yet; starting from the beginning")
+        if mode != "resume" or finished:
+            text = json.dumps({"kind": self.kind, "id": uuid.uuid4().hex[:12], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "by": "lm-human-preference-details"}, indent=2)
+            (self.dir / MARKER).write_text(text + "\n")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if self.saver is not None:
+                if exc_type is None:
+                    self.saver.wait()
+                else:  # the write under way completes; the loop's own error is the one to show
+                    self.saver.wait_quietly()
+            if self.tracker is not None:
+                self.tracker.close()
+            if exc_type is not None and not self._started and self.is_main and not self.finished:
+                self._remove_if_empty()
+        finally:
+            self._lock.release()
+
+    def _remove_if_empty(self) -> None:
+        """Rule 5: a run that failed before it started leaves nothing of its own behind."""
+        if not self.dir.is_dir() or any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir()):
+            return
+        for own in (MARKER, LOCK):
+            (self.dir / own).unlink(missing_ok=True)
+        if self._made_dir:
+            self.dir.rmdir()
+
+    # -------------------------------------------------------------------------- start: tracker, resume, saver
+    def start(self, config: dict, objects: Mapping[str, Any] | None = None, identity: dict | None = None,
+              models: Mapping[str, nn.Module] | None = None, tokenizer=None) -> int:
+        """Start logging; on --resume, load the last checkpoint into ``objects``; -> the first update to run.
+
+        ``objects`` (name -> object with state_dict) are what a checkpoint saves; ``identity`` is what a resumed run
+        must match (`check_same_run`); ``models`` are also written as Hugging Face directories RUN/NAME at each save.
+        """
+        self._started = True
+        self.config, self.objects, self.identity = config, dict(objects or {}), identity or config
+        self.models, self.tokenizer = dict(models or {}), tokenizer
+        checkpoint = load_checkpoint(self.resume_from) if self.resume_from else {"update": 0, "elapsed": 0.0, "tracker": {}}
+        if self.resume_from:
+            check_same_run(checkpoint["config"], self.identity)
+        args = self.args
+        self.tracker = Tracker(self.dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
+                               name=f"{self.kind}_{args.task_name}_seed{args.seed}_{int(time.time())}",
+                               resume_step=checkpoint["update"] if args.resume else None,
+                               wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
+        first = restore(checkpoint, self.objects) if self.resume_from else 0
+        self._start_time = time.time() - checkpoint["elapsed"]
+        if self.objects:
+            self.saver = BackgroundSaver(self.dir, args.keep_checkpoints, models=self.models)
+            for optimizer in self.objects.values():  # a checkpoint's copy is taken before a step changes the weights
+                if isinstance(optimizer, torch.optim.Optimizer):
+                    optimizer.register_step_pre_hook(lambda *_: self.saver.wait_copied())
+        return first
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds of training, the interrupted runs' before a resume included."""
+        return time.time() - self._start_time
+
+    # -------------------------------------------------------------------------- the loop
+    def updates(self, first: int, total: int, desc: str, show: Mapping[str, str] | None = None) -> Iterator[int]:
+        """Yield the update (or batch) indices first..total-1 with a progress bar showing the logged metrics ``show``
+        (label -> name). After each one: save every --save-interval, at the end, and on a stop signal; a SIGTERM or
+        SIGINT ends the run after the update with one line (a run without checkpoints saves nothing)."""
+        self.show = dict(show or {})
+        self.progress = tqdm(range(first, total), desc=desc, dynamic_ncols=True, initial=first, total=total,
+                             disable=not self.is_main)
+        save_interval = getattr(self.args, "save_interval", 0) or total
+        with StopSignals() as stop:
+            for update in self.progress:
+                yield update
+                # every process stops at the same update: a signal reaching one of them stops all (saving is collective)
+                stopping = self.ranks.sum(torch.tensor([float(stop.signum is not None)])).item() > 0
+                done = update + 1
+                saved = None
+                if self.saver is not None and (done % save_interval == 0 or done == total or stopping):
+                    saved = self.save(done)
+                if self.saver is not None:
+                    self.saver.check()  # a write that failed ends the run now, not 50 updates later
+                if stopping:
+                    if self.saver is not None:
+                        self.saver.wait()
+                        raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with "
+                                      "--resume", stop.signum or signal.SIGTERM)
+                    raise Stopped(f"stopped by {stop.name} during {desc} training (batch {update}); --resume trains it "
+                                  "again", stop.signum or signal.SIGTERM)
+        self.progress.close()
+
+    def save(self, done: int) -> Path:
+        """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
+        training checkpoint and the models' directories (process 0; every process takes part in gathering)."""
+        from lm_human_preference_details.model import save_model_dir
+
+        state = training_state(done, self.objects, config=self.identity, tracker=self.tracker.state_dict(),
+                               elapsed=self.elapsed)
+        if not self.is_main:
+            return checkpoint_dir(self.dir, done)
+        self.tracker.flush()  # every row logged before this checkpoint is on disk before it is
+
+        def write_models(copies: Mapping[str, nn.Module]) -> None:
+            for name, model in copies.items():
+                save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
+
+        return self.saver.save(done, state, write_models)
+
+    def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
+        """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
+        every process waits until it is there."""
+        from lm_human_preference_details.model import save_model_dir
+
+        path = self.dir / name
+        if self.is_main:
+            with save_errors(self.dir, path):
+                save_model_dir(path, model, self.tokenizer, hparams)
+        self.ranks.barrier()
+        return path
+
+    def log(self, stats: Mapping[str, float], step: int) -> None:
+        """Log a row of metrics at ``step`` and show the chosen ones on the progress bar."""
+        self.tracker.log(dict(stats), step=step)
+        shown = {label: f"{stats[name]:.4g}" for label, name in self.show.items() if name in stats}
+        if shown and getattr(self, "progress", None) is not None:
+            self.progress.set_postfix(shown, refresh=False)
+
+    def log_table(self, name: str, columns: list[str], rows: list[list], step: int) -> None:
+        self.tracker.log_table(name, columns, rows, step=step)

@@ -1,0 +1,366 @@
+"""run.py: a run touches only what it created. Each rule of its docstring, the cases a user reaches with both scripts
+(subprocesses), and a randomized sequence of runs, resumes, overwrites and kills around a tree of user files."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lm_human_preference_details import checkpoint as ckpt
+from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.files import atomic_path, remove_leftovers
+from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.run import LOCK, MARKER, Run, Stopped, StopSignals, read_marker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_args(out, **kw):
+    """The run options `Run` reads (both scripts' RunArgs)."""
+    base = dict(output_dir=str(out), resume=False, overwrite=False, track=False, wandb_project="p", wandb_entity=None,
+                task_name="t", seed=1, keep_checkpoints=1, save_interval=2)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def fake_train(out, kind="policy", updates=3, inputs=(), die_at=None, **kw) -> None:
+    """What both scripts do with a Run, on a one-layer model: enter, start, loop with logs and saves."""
+    layer = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    with Run(run_args(out, **kw), kind, inputs=inputs, ranks=Ranks(1, 1)) as run:
+        if run.finished:
+            return
+        objects = {"layer": layer, "optimizer": optimizer} if kind == "policy" else {}
+        first = run.start({"seed": 1}, objects)
+        for update in run.updates(first, updates, kind):
+            if die_at == update:
+                os.kill(os.getpid(), signal.SIGKILL)
+            optimizer.zero_grad()
+            layer(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+            run.log({"loss": float(update)}, step=update)
+        if kind == "reward":
+            (run.dir / "reward_model").mkdir()
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def user_tree(tmp_path):
+    """A user's directory: notes, a config.json of their own, names like ours, a model directory."""
+    home = tmp_path / "home"
+    (home / "model").mkdir(parents=True)
+    (home / "notes.txt").write_text("my notes")
+    (home / "config.json").write_text('{"mine": true}')
+    (home / ".draft.tmp-1").write_text("a user's file named like an old temporary")
+    (home / ".paper.old-2").write_text("and one like an old backup")
+    (home / "model" / "weights.bin").write_bytes(os.urandom(64))
+    return home
+
+
+# ------------------------------------------------------------------------------------------------ the rules
+def test_a_run_never_starts_over_a_directory_that_is_not_its_own(user_tree):
+    before = snapshot(user_tree)
+    for flags in ({}, {"resume": True}, {"overwrite": True}):
+        with pytest.raises(UserError, match="holds files that are not a run of this project"):
+            fake_train(user_tree, **flags)
+        with pytest.raises(UserError, match="not a run of this project"):
+            fake_train(user_tree / "model", **flags)
+    assert snapshot(user_tree) == before and not (user_tree / MARKER).exists()
+
+
+def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path):
+    out = tmp_path / "run"
+    fake_train(out)
+    assert read_marker(out)["kind"] == "policy" and (out / "metrics.jsonl").exists()
+    with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
+        fake_train(out)
+    with pytest.raises(UserError, match="contradict"):
+        fake_train(out, resume=True, overwrite=True)
+    with pytest.raises(UserError, match="--output-dir is empty"):
+        fake_train("")
+    (tmp_path / "empty").mkdir()
+    fake_train(tmp_path / "empty")  # an empty directory is as good as a new one
+
+
+def test_a_run_of_the_other_kind_is_refused_with_every_flag(tmp_path):
+    out = tmp_path / "run"
+    fake_train(out, kind="policy")
+    before = snapshot(out)
+    for flags in ({}, {"resume": True}, {"overwrite": True}):
+        with pytest.raises(UserError, match="holds a policy run, and this is a reward run"):
+            fake_train(out, kind="reward", **flags)
+    assert snapshot(out) == before
+
+
+def test_overwrite_deletes_only_what_runs_write(tmp_path):
+    out = tmp_path / "run"
+    fake_train(out)
+    (out / "notes.txt").write_text("the user's notes beside the run")
+    first_id = read_marker(out)["id"]
+    fake_train(out, overwrite=True, updates=2)
+    assert (out / "notes.txt").read_text() == "the user's notes beside the run"
+    assert read_marker(out)["id"] != first_id
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+
+
+def test_overwrite_is_refused_where_it_would_delete_an_input_or_the_current_directory(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    fake_train(out, kind="reward")
+    model = out / "reward_model"
+    with pytest.raises(UserError, match=f"--overwrite would delete {model}, an input of this run"):
+        fake_train(out, kind="reward", overwrite=True, inputs=["gpt2", str(model)])
+    monkeypatch.chdir(model)
+    with pytest.raises(UserError, match="holds the current directory"):
+        fake_train(out, kind="reward", overwrite=True)
+    assert model.is_dir()
+
+
+def test_a_finished_reward_run_is_reused_and_an_unfinished_one_trained_again(tmp_path, capsys):
+    out = tmp_path / "reward"
+    fake_train(out, kind="reward")
+    stamp = (out / "reward_model").stat().st_mtime_ns
+    fake_train(out, kind="reward", resume=True)
+    assert "reusing the finished reward model" in capsys.readouterr().out
+    assert (out / "reward_model").stat().st_mtime_ns == stamp
+    (out / "reward_model").rmdir()
+    (out / "notes.txt").write_text("kept")
+    fake_train(out, kind="reward", resume=True)
+    assert "deleting the unfinished run" in capsys.readouterr().out and (out / "notes.txt").read_text() == "kept"
+
+
+def test_a_live_run_holds_its_directory_and_a_killed_one_does_not(tmp_path):
+    out = tmp_path / "run"
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+            f"from test_run import run_args\nfrom lm_human_preference_details.run import Run\n"
+            f"from lm_human_preference_details.ranks import Ranks\n"
+            f"with Run(run_args({str(out)!r}), 'policy', inputs=[], ranks=Ranks(1, 1)):\n"
+            f"    print('locked', flush=True); time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UserError, match=rf"{out} is in use by a live run \(pid {holder.pid} on "):
+            fake_train(out, resume=True)
+    finally:
+        holder.kill()  # kill -9: the kernel drops its lock
+        holder.wait()
+    fake_train(out, resume=True)  # the stale lock file is no obstacle
+    assert (out / LOCK).exists()
+
+
+def test_a_run_that_fails_before_it_starts_leaves_nothing(tmp_path):
+    out = tmp_path / "new" / "run"
+    with pytest.raises(UserError, match="late check"):
+        with Run(run_args(out), "policy", inputs=[], ranks=Ranks(1, 1)):
+            raise UserError("late check")
+    assert not out.exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError):
+        with Run(run_args(tmp_path / "empty"), "policy", inputs=[], ranks=Ranks(1, 1)):
+            raise UserError("late check")
+    assert (tmp_path / "empty").is_dir() and not any((tmp_path / "empty").iterdir())  # the user's, kept
+
+
+def test_leftovers_of_killed_writes_are_ours_alone_and_only_when_their_process_is_gone(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from lm_human_preference_details.files import HOST
+
+    (tmp_path / f".lmhp-tmp~{HOST}~{dead.pid}~offline-v4~abc").mkdir()  # a killed asset build
+    (tmp_path / f".lmhp-tmp~{HOST}~{os.getpid()}~other~abc").mkdir()  # a live process's write
+    (tmp_path / f".lmhp-tmp~another-host~{dead.pid}~x~abc").mkdir()  # another machine's: not ours to judge
+    (tmp_path / f".lmhp-old~{HOST}~{dead.pid}~policy").mkdir()  # killed between the renames: comes back
+    (tmp_path / ".x.tmp-1").write_text("user")
+    (tmp_path / ".y.old-2").write_text("user")
+    assert sorted(remove_leftovers(tmp_path)) == [f".lmhp-old~{HOST}~{dead.pid}~policy",
+                                                  f".lmhp-tmp~{HOST}~{dead.pid}~offline-v4~abc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        f".lmhp-tmp~{HOST}~{os.getpid()}~other~abc", f".lmhp-tmp~another-host~{dead.pid}~x~abc", ".x.tmp-1", ".y.old-2",
+        "policy"])
+    with atomic_path(tmp_path / "policy", is_dir=True) as tmp:
+        (tmp / "new").write_text("1")
+    assert (tmp_path / "policy" / "new").exists()
+
+
+# ------------------------------------------------------------------------------------------------ signals
+def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once in the main thread: only sets the flag
+        time.sleep(0.01)
+    assert (stop.signum, stop.name) == (signal.SIGTERM, "SIGTERM")
+    assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back
+    with StopSignals() as twice:
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert twice.signum == signal.SIGINT
+
+
+def test_two_interrupts_during_one_long_operation_stop_at_once():
+    """Ctrl-C twice while the main thread is inside one long C call: Python runs its handler once for both."""
+    sender = threading.Thread(target=lambda: [os.kill(os.getpid(), signal.SIGINT) for _ in range(2)])
+    with StopSignals():
+        with pytest.raises(KeyboardInterrupt):
+            # the main thread blocks SIGINT, so both land on the sender thread's C handler before Python runs ours
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                sender.start()
+                sender.join()
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            time.sleep(0.01)
+
+
+def test_a_stopped_run_saves_and_says_so(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_log = Run.log
+
+    def log_then_sigterm(self, stats, step):
+        real_log(self, stats, step)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Run, "log", log_then_sigterm)
+    with pytest.raises(Stopped, match=r"stopped by SIGTERM after update 2; saved .*update_00000003; continue"):
+        fake_train(out, updates=10)
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["update_00000003"]
+
+
+# ------------------------------------------------------------------------------------------------ the scripts
+def script(name, *argv, cwd=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / name), *map(str, argv)], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def refused(proc, match):
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert proc.returncode != 0 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert match in errors[0], errors[0]
+
+
+def fake_run_dir(path: Path, kind: str) -> Path:
+    """A finished run's directory as the scripts leave it (its marker, logs, models), with the user's notes."""
+    path.mkdir(parents=True)
+    (path / MARKER).write_text(json.dumps({"kind": kind, "id": "x"}))
+    (path / "config.json").write_text("{}")
+    (path / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    model = path / ("policy" if kind == "policy" else "reward_model")
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(os.urandom(32))
+    (path / "notes.md").write_text("results discussed with the team")
+    return path
+
+
+def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
+    """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was."""
+    tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 16, "--task.response-length", 8,
+            "--task.truncate-after", 4, "--device", "cpu"]
+    reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", *tiny]
+    policy_run, reward_run = fake_run_dir(tmp_path / "policy_run", "policy"), fake_run_dir(tmp_path / "reward_run", "reward")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.json").write_text('{"the user": "config"}')
+    (user / ".x.tmp-1").write_text("a user's file")
+    model_copy = tmp_path / "base"
+    (model_copy).mkdir()
+    for f in (assets / "tiny-gpt2").iterdir():
+        (model_copy / f.name).write_bytes(f.read_bytes())
+    (model_copy / "NOTES").write_text("where this model came from")
+    before = snapshot(tmp_path)
+    # a finished policy run given to the reward script with --resume
+    refused(script("train_reward.py", *reward, "--output-dir", policy_run, "--resume"), "holds a policy run")
+    # --output-dir . --overwrite where the current directory holds a config.json of the user's
+    refused(script("train_reward.py", *reward, "--output-dir", ".", "--overwrite", cwd=user), "not a run of this project")
+    # the policy's own reward model, in the directory it is told to overwrite
+    refused(script("train_policy.py", "--base-model", assets / "tiny-gpt2", *tiny, "--rewards.trained-model",
+                   reward_run / "reward_model", "--output-dir", reward_run, "--overwrite"), "holds a reward run")
+    # the base model's directory as the run directory
+    refused(script("train_reward.py", *reward[2:], "--base-model", model_copy, "--output-dir", model_copy, "--overwrite"),
+            "not a run of this project")
+    # a new run into a directory of the user's (with names like our old temporaries)
+    refused(script("train_reward.py", *reward, "--output-dir", user), "not a run of this project")
+    # a policy run resumed into a reward run
+    refused(script("train_policy.py", "--base-model", assets / "tiny-gpt2", *tiny, "--output-dir", reward_run,
+                   "--resume"), "holds a reward run")
+    assert snapshot(tmp_path) == before
+
+
+def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
+    out = tmp_path / "run"
+    argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
+            assets / "queries.txt", "--task.query-length", 16, "--task.response-length", 8, "--task.truncate-after", 4,
+            "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
+            "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (out / MARKER).exists():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            time.sleep(0.05)
+        refused(script("train_reward.py", *argv, "--resume"), "is in use by a live run")
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train_reward/minibatch/loss" in r] == list(range(8))  # one run's rows only
+
+
+# ------------------------------------------------------------------------------------------------ randomized
+def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_path, monkeypatch):
+    """Runs of both kinds, with every flag, into and around a tree of user files, some killed with SIGKILL at a random
+    update or half-way through a checkpoint; afterwards every user file is there with its bytes."""
+    rng = random.Random(20261124)
+    home = tmp_path / "home"
+    for d in ("", "a", "a/b", "models/m", "runs"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+    user_files = ["notes.txt", "config.json", "metrics.jsonl", ".z.tmp-3", "a/data.json", "a/b/.q.old-9",
+                  "models/m/weights.bin", "runs/README"]
+    for i, name in enumerate(user_files):
+        (home / name).write_bytes(f"user file {i}: ".encode() + os.urandom(16))
+    before = snapshot(home)
+    targets = ["", ".", "a", "a/b", "models/m", "runs/r1", "runs/r1/reward", "new/deeper/run"] + ["runs/r2", "runs/r3"] * 3
+    monkeypatch.chdir(home / "a")
+    for _ in range(50):
+        out = rng.choice(targets)
+        path = str(home / out) if out else ""
+        kind = rng.choice(["policy", "reward"])
+        flags = rng.choice([{}, {}, {"resume": True}, {"resume": True}, {"overwrite": True},
+                            {"resume": True, "overwrite": True}])
+        inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
+        kill = rng.random() < 0.3
+        pid = os.fork() if kill else 0
+        if pid == 0:
+            try:
+                die_at = rng.randrange(4) if kill else None
+                if kill and rng.random() < 0.5:  # or half-way through a checkpoint's file
+                    def die(state, where):
+                        where.write_bytes(b"half")
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    monkeypatch.setattr(ckpt, "write_state", die)
+                fake_train(path, kind, updates=4, inputs=inputs, die_at=die_at, **flags)
+            except UserError:
+                pass
+            finally:
+                if kill:
+                    os._exit(0)
+        else:
+            os.waitpid(pid, 0)
+    after = snapshot(home)
+    assert {k: after.get(k) for k in before} == before
