@@ -37,7 +37,7 @@ import tyro
 
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, pick_device, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import (
     Policy,
@@ -61,9 +61,9 @@ from lm_human_preference_details.ppo import (
     value_loss,
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, rank_seed, setup_distributed, shutdown_distributed
-from lm_human_preference_details.run import Run, check_finite
-from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task, parse_args
+from lm_human_preference_details.ranks import Ranks, seed_globals
+from lm_human_preference_details.run import Run, check_finite, run_script
+from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 
 
@@ -212,6 +212,16 @@ def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
     return reward_args.finalize(check_inputs)
 
 
+def initial_policies(args: Args, pad_id: int, ranks: Ranks) -> tuple[Policy, Policy]:
+    """The policy to train and the frozen reference policy, both the initial model, with rank 0's weights."""
+    policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(ranks.device)
+    ref_policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(ranks.device)
+    ref_policy.requires_grad_(False)
+    ranks.broadcast_parameters(policy)  # OAI train_policy.py: sync_models, every rank starts from rank 0's weights
+    ranks.broadcast_parameters(ref_policy)
+    return policy, ref_policy
+
+
 def check_reward_task(path: str, hparams: dict, task: TaskHParams) -> None:
     """The reward model was trained on queries and responses of this run's lengths (a TF checkpoint may not say)."""
     trained = hparams.get("task", {})
@@ -238,11 +248,13 @@ def get_reward_model(args: Args, tokenizer, device) -> tuple[RewardModel, dict]:
 
 @torch.no_grad()
 def rollout(policy: Policy, ref_policy: Policy, reward_model: RewardModel, queries: torch.Tensor, args: Args,
-            prefix: list[int], suffix: list[int], ranks: Ranks) -> dict[str, torch.Tensor]:
-    """Phases 1-3 of an update on this process's ranks' queries: sample, reference log-probs, score."""
+            prefix: list[int], suffix: list[int], ranks: Ranks, kl_coef: float) -> dict[str, torch.Tensor]:
+    """Phases 1-4 of an update on this process's ranks' queries: sample, reference log-probs, score, rewards;
+    -> everything the PPO epochs and the logs read, not changed afterwards."""
     task = args.task
     contexts = format_queries(queries, prefix, suffix)  # [b, prefix + query_length + suffix]
-    # E9: each rank's sampling noise from its own generator, drawn for the whole batch so micro-batches do not change it
+    # E9 per-rank seeds: each rank's sampling noise from its own generator, drawn for the whole batch (micro-batches
+    # do not change it)
     uniforms = ranks.uniforms(len(queries) // len(ranks.held), task.response_length)  # [b, response_length]
     chunks = []
     for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
@@ -257,8 +269,10 @@ def rollout(policy: Policy, ref_policy: Policy, reward_model: RewardModel, queri
                                  task.penalty_reward_value)
         chunks.append({**sampled, "ref_logprobs": ref_logprobs, "postprocessed_responses": postprocessed, "scores": scores})
     data = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
-    data["contexts"], data["queries"] = contexts, queries
-    return data
+    # 4. E3 KL penalty: -kl_coef * kl per token, plus the score at the last token
+    data["rewards"], data["non_score_reward"], data["kl"] = kl_rewards(data["scores"], data["logprobs"],
+                                                                       data["ref_logprobs"], kl_coef)
+    return {**data, "contexts": contexts, "queries": queries}
 
 
 def minibatch_indices(ranks: Ranks, args: Args) -> list[torch.Tensor]:
@@ -271,66 +285,67 @@ def minibatch_indices(ranks: Ranks, args: Args) -> list[torch.Tensor]:
     return [order[:, s : s + args.rank_minibatch_size].reshape(-1) for s in range(0, per_rank, args.rank_minibatch_size)]
 
 
+def ppo_loss(policy: Policy, data: dict[str, torch.Tensor], idx: torch.Tensor, advantages: torch.Tensor,
+             returns: torch.Tensor, ppo: PpoHParams) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of rows ``idx`` of the rollout, with their advantages and returns -> (loss, statistics)."""
+    # OAI lm_human_preferences/train_policy.py: PPOTrainer.loss
+    out = policy.analyze_responses(data["contexts"][idx], data["responses"][idx])
+    # E6 value loss, E7 policy loss: clipped, one network, no entropy bonus
+    vf_loss, vf_clipfrac = value_loss(out["values"], data["values"][idx], returns, ppo.cliprange_value)
+    pg_loss, pg_clipfrac, approxkl = policy_loss(out["logprobs"], data["logprobs"][idx], advantages, ppo.cliprange)
+    loss = pg_loss + ppo.vf_coef * vf_loss
+    return loss, {"loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": loss,
+                  "policy/entropy": out["entropies"].mean(), "policy/approxkl": approxkl, "policy/clipfrac": pg_clipfrac,
+                  "val/vpred": out["values"].mean(), "val/error": ((out["values"] - returns) ** 2).mean(),
+                  "val/clipfrac": vf_clipfrac}
+
+
 def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor],
                args: Args, ranks: Ranks) -> list[dict[str, float]]:
-    """Phase 5: noptepochs epochs of PPO minibatch steps; returns each minibatch's stats, averaged over ranks."""
+    """Phase 5: noptepochs epochs over fresh permutations, one optimizer step per minibatch; -> each minibatch's
+    statistics, averaged over ranks."""
+    # OAI lm_human_preferences/train_policy.py: PPOTrainer.train
     ppo = args.ppo
-
-    def rank_var(x: torch.Tensor) -> torch.Tensor:
-        """Each of the original's ranks took moments of its own minibatch share; the ranks' stats were averaged."""
-        return x.reshape(-1, args.rank_minibatch_size * x.shape[1]).var(dim=1, unbiased=False).mean()
-
-    stats: list[torch.Tensor] = []  # [blocks, stats] per minibatch, kept on the device: a GPU never waits for a log line
+    stats = []  # per minibatch: name -> [blocks], kept on the device (a GPU never waits for a log line)
     for _ in range(ppo.noptepochs):
         for mb in minibatch_indices(ranks, args):
-            # E5: whitening and GAE per minibatch, in groups of the original's per-rank size
-            advantages, returns = compute_advantages(
-                data["rewards"][mb], data["values"][mb], gamma=ppo.gamma, lam=ppo.lam,
-                whiten_group_size=args.rank_minibatch_size, whiten_rewards=ppo.whiten_rewards)
+            # E5 whitening and GAE: per minibatch, in groups of the original's per-rank size
+            advantages, returns = compute_advantages(data["rewards"][mb], data["values"][mb], gamma=ppo.gamma,
+                                                     lam=ppo.lam, whiten_group_size=args.rank_minibatch_size,
+                                                     whiten_rewards=ppo.whiten_rewards)
             optimizer.zero_grad(set_to_none=True)
-            gradients = ranks.gradient_sum(policy.parameters())
-            mb_stats = []
-            for block in ranks.blocks(len(mb)):  # each rank's share alone with --exact-ranks, else all of them
-                size = block.stop - block.start
-                block_stats: dict[str, torch.Tensor] = {}
-                for part in args.micro_batches(size):
-                    rows = slice(block.start + part.start, block.start + part.stop)  # positions in the minibatch
-                    idx = mb[rows]
-                    out = policy.analyze_responses(data["contexts"][idx], data["responses"][idx])
-                    # E6, E7: clipped value and policy losses; one network, no entropy bonus
-                    vf_loss, vf_clipfrac = value_loss(out["values"], data["values"][idx], returns[rows],
-                                                      ppo.cliprange_value)
-                    pg_loss, pg_clipfrac, approxkl = policy_loss(out["logprobs"], data["logprobs"][idx],
-                                                                 advantages[rows], ppo.cliprange)
-                    loss = pg_loss + ppo.vf_coef * vf_loss
-                    weight = len(idx) / size
-                    (loss * weight).backward()  # E10: the loss is a mean over the block's rows
-                    for k, v in {
-                        "loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": loss,
-                        "policy/entropy": out["entropies"].mean(), "policy/approxkl": approxkl,
-                        "policy/clipfrac": pg_clipfrac, "val/vpred": out["values"].mean(),
-                        "val/error": ((out["values"] - returns[rows]) ** 2).mean(), "val/clipfrac": vf_clipfrac,
-                    }.items():
-                        block_stats[k] = block_stats.get(k, 0.0) + weight * v.detach().float()
-                gradients.add()
-                block_returns, block_values = returns[block], data["values"][mb[block]]
-                block_stats.update({"returns/mean": block_returns.mean(), "returns/var": rank_var(block_returns),
-                                    "val/mean": block_values.mean(), "val/var": rank_var(block_values)})
-                mb_stats.append(block_stats)
-            gradients.reduce()  # E10: the mean over all ranks' minibatch shares
+
+            def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in mb
+                return ppo_loss(policy, data, mb[rows], advantages[rows], returns[rows], ppo)
+
+            stats.append({**ranks.backward(loss_fn, len(mb), policy.parameters(), args.micro_batches),
+                          **rank_moments(returns, data["values"][mb], ranks, args.rank_minibatch_size)})
             optimizer.step()
-            stats.append(torch.stack([torch.stack(list(b.values())) for b in mb_stats]))  # [blocks, stats]
-    names = list(mb_stats[0])
-    values = ranks.mean_over_blocks(torch.stack(stats), dim=1).tolist()  # [minibatches, stats]; one copy per update
-    return [dict(zip(names, v)) for v in values]
+    names = list(stats[0])
+    values = torch.stack([torch.stack([s[k] for k in names]) for s in stats])  # [minibatches, stats, blocks]
+    return [dict(zip(names, v)) for v in ranks.mean_over_blocks(values, dim=2).tolist()]  # one copy per update
+
+
+def rank_moments(returns: torch.Tensor, values: torch.Tensor, ranks: Ranks, group: int) -> dict[str, torch.Tensor]:
+    """Mean and variance of a minibatch's returns and rollout values as each of the original's ranks took them over
+    its own share (``group`` rows), per block: name -> [blocks]."""
+    # OAI lm_human_preferences/train_policy.py: PPOTrainer.loss, returns/val moments, then mpi_allreduce_mean
+    def var(x: torch.Tensor) -> torch.Tensor:  # [rows, response_length] -> the mean of each rank's population var
+        return x.reshape(-1, group * x.shape[1]).var(dim=1, unbiased=False).mean()
+
+    moments: dict[str, list[torch.Tensor]] = {"returns/mean": [], "returns/var": [], "val/mean": [], "val/var": []}
+    for block in ranks.blocks(len(returns)):
+        for name, x in (("returns", returns[block]), ("val", values[block])):
+            moments[f"{name}/mean"].append(x.mean().double())
+            moments[f"{name}/var"].append(var(x).double())
+    return {k: torch.stack(v) for k, v in moments.items()}
 
 
 def update_stats(data: dict[str, torch.Tensor], train_stats: list[dict[str, float]], kl_coef: float, update: int,
-                 args: Args, elapsed: float, delta: float, ranks: Ranks) -> dict[str, float]:
+                 args: Args, elapsed: float, delta: float, ranks: Ranks, task=None, tokenizer=None) -> dict[str, float]:
     """The original's per-update metrics under its names (FIDELITY F), averaged over processes."""
     # OAI lm_human_preferences/train_policy.py: PPOTrainer.record_step_stats, then mpi_allreduce_mean
-    kl = data["logprobs"] - data["ref_logprobs"]  # [b, response_length]
-    per_row = torch.stack([data["scores"], data["non_score_reward"].sum(1), kl.sum(1), (-data["logprobs"]).sum(1)])
+    per_row = torch.stack([data["scores"], data["non_score_reward"].sum(1), data["kl"].sum(1), (-data["logprobs"]).sum(1)])
     local = torch.stack([per_row[:, block].mean(1) for block in ranks.blocks(per_row.shape[1])])  # [blocks, 4]
     score, mean_non_score_reward, mean_kl, entropy = ranks.mean_over_blocks(local).tolist()
     stats = {
@@ -350,6 +365,11 @@ def update_stats(data: dict[str, torch.Tensor], train_stats: list[dict[str, floa
         "ppo/elapsed/steps/total": steps * b * r, "ppo/elapsed/fps": int(b * r / max(delta, 1e-9)),
         "ppo/elapsed/time": elapsed,
     })
+    if task is not None:  # the task's own metrics, per block (each rank's rows when exact), averaged over all of them
+        blocks = ranks.blocks(len(data["scores"]))
+        extras = [task.extra_stats(tokenizer, {k: v[block] for k, v in data.items()}) for block in blocks]
+        extra = torch.tensor([list(e.values()) for e in extras], dtype=torch.float64)  # [blocks, metrics]
+        stats.update(zip(extras[0], ranks.mean_over_blocks(extra).tolist()))
     return stats
 
 
@@ -360,7 +380,7 @@ def sample_rows(tokenizer, data: dict[str, torch.Tensor], kl_coef: float, n: int
     for i in range(min(n, len(data["queries"]))):
         query = [t for t in data["queries"][i].tolist() if t != tokenizer.pad_token_id]
         response = [t for t in data["postprocessed_responses"][i].tolist() if t != tokenizer.pad_token_id]
-        kl = (data["logprobs"][i] - data["ref_logprobs"][i]).sum().item()
+        kl = data["kl"][i].sum().item()
         score = data["scores"][i].item()
         rows.append([tokenizer.decode(query), tokenizer.decode(response), round(score, 3), round(kl, 3),
                      round(score - kl_coef * kl, 3)])
@@ -368,22 +388,13 @@ def sample_rows(tokenizer, data: dict[str, torch.Tensor], kl_coef: float, n: int
 
 
 def main(argv: list[str] | None = None) -> dict:
-    try:
-        return train(parse_args(build_args, __doc__.split("\n")[0], argv).finalize())
-    finally:
-        shutdown_distributed()
+    return run_script(build_args, train, __doc__, argv)
 
 
 def train(args: Args) -> dict:
     """Run PPO; returns the policy, the reference policy and the last stats (for tests)."""
-    # E9: the emulated ranks this process holds (all of them without torchrun), each seeded seed + r * 100003;
-    # the global generators get rank 0's seed in every process, so that every process builds the same models
-    seed = rank_seed(args.seed, 0)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks)
-    args.world_size = ranks.world_size
+    ranks = Ranks.start(args)  # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    device = ranks.device
     compile_blocks(args.compile)
     # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
@@ -396,18 +407,13 @@ def train(args: Args) -> dict:
         tokenizer = load_tokenizer(args.base_model)
         pad_id = tokenizer.pad_token_id
         reward_model, reward_hparams = get_reward_model(args, tokenizer, device)
-        torch.manual_seed(seed)
-        np.random.seed(seed)
+        seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
-        policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-        ref_policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-        ref_policy.requires_grad_(False)
-        ranks.broadcast_parameters(policy)  # OAI train_policy.py: sync_models, every rank starts from rank 0's weights
-        ranks.broadcast_parameters(ref_policy)
+        policy, ref_policy = initial_policies(args, pad_id, ranks)
         optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5
         kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
                   if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4
-        # E9: rank r's block of every batch (its whitening group) comes from rank r's own query stream
+        # E9 per-rank seeds: rank r's block of every batch (its whitening group) comes from rank r's own query stream
         sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
                                      num_ranks=args.num_ranks, ranks=ranks.held,
                                      labels_source=args.rewards.train_new_model.labels.source)
@@ -426,30 +432,22 @@ def train(args: Args) -> dict:
         last = time.time()
         show = {"score": "ppo/objective/score", "kl": "ppo/objective/kl", "kl_coef": "ppo/objective/kl_coef"}
         for update in run.updates(first_update, args.n_updates, "ppo", show=show):
-            lr = annealed_lr(args.ppo.lr, update, args.n_updates)  # E8: constant within an update
+            lr = annealed_lr(args.ppo.lr, update, args.n_updates)  # E8 lr decay: constant within an update
             set_lr(optimizer, lr)
             queries = next(sampler).to(device)  # [batch_size / world_size, query_length]: the held ranks' blocks
-            # 1-3. rollout, reference log-probs, scores
-            with autocast:
-                data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks)
-            # 4. E3: per-token KL penalty, the score at the last token
+            # 1-4. rollout, reference log-probs, scores, rewards with the KL penalty
             kl_coef = kl_ctl.value
-            data["rewards"], data["non_score_reward"], _ = kl_rewards(data["scores"], data["logprobs"],
-                                                                      data["ref_logprobs"], kl_coef)
+            with autocast:
+                data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks, kl_coef)
             # 5. PPO epochs
             with autocast:
                 train_stats = ppo_epochs(policy, optimizer, data, args, ranks)
-            check_finite(f"update {update}", scores=data["scores"], kl=data["logprobs"] - data["ref_logprobs"],
+            check_finite(f"update {update}", scores=data["scores"], kl=data["kl"],
                          rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
             # 6. log, adapt kl_coef (E4, after the update, from the logged batch KL), save
             now = time.time()
-            stats = update_stats(data, train_stats, kl_coef, update, args, run.elapsed, now - last, ranks)
+            stats = update_stats(data, train_stats, kl_coef, update, args, run.elapsed, now - last, ranks, task, tokenizer)
             stats["ppo/ppo/lr"] = lr
-            # the task's own metrics, per block (each rank's rows with --exact-ranks), averaged over all of them
-            extras = [task.extra_stats(tokenizer, {k: v[block] for k, v in data.items()})
-                      for block in ranks.blocks(len(queries))]
-            extra = torch.tensor([list(e.values()) for e in extras], dtype=torch.float64)  # [blocks, metrics]
-            stats.update(zip(extras[0], ranks.mean_over_blocks(extra).tolist()))
             last = now
             run.log(stats, step=update)
             kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)

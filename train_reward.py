@@ -15,6 +15,7 @@ The algorithm (OAI lm_human_preferences/train_reward.py), in main():
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -25,21 +26,20 @@ from typing import Iterator
 # fresh 4 KiB page at a time (a [50257, 768] gradient took 0.19 s to zero, 0.05 s with this; README, Speed)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, pick_device, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, rank_seed, setup_distributed, shutdown_distributed
-from lm_human_preference_details.run import Run, check_finite
-from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task, parse_args
+from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.run import Run, check_finite, run_script
+from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 
 
@@ -179,6 +179,46 @@ def normalize(reward_model: RewardModel, stats_fn, args: Args, target_mean: floa
     return out
 
 
+def normalize_and_log(reward_model: RewardModel, stats_fn, args: Args, run: Run, name: str, step: int) -> None:
+    """`normalize` to mean 0, std 1 (best_of_N's targets: label_types.py target_scales is None), logged as ``name``."""
+    norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
+    run.log({f"train_reward/{name}/{k}": v for k, v in norm.items()}, step=step)
+    run.print(f"{name}: {norm}")
+
+
+def split_labels(args: Args, path: Path, pad_id: int) -> tuple[dict, dict, int]:
+    """OpenAI's label file (FIDELITY A2 label pads: 50259 -> ours) -> (the first num_train labels, the held-out ones
+    after them, the file's count)."""
+    labels = load_best_of_n_labels(path, n=args.label_n, query_length=args.task.query_length,
+                                   response_length=args.task.response_length, pad_id=pad_id)
+    n_total, n_train = len(labels["best"]), args.labels.num_train
+    if n_total < n_train:
+        raise UserError(f"label file {path} holds {n_total} labels but labels.num_train is {n_train}; lower "
+                        "--labels.num-train")
+    return ({k: v[:n_train] for k, v in labels.items()},
+            {k: v[n_train : n_train + args.eval_labels] for k, v in labels.items()}, n_total)
+
+
+def label_loss(reward_model: RewardModel, labels: dict[str, torch.Tensor], idx: torch.Tensor,
+               device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The best-of-N loss of labels ``idx`` -> (loss, statistics)."""
+    # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, label_type.loss on the minibatch
+    rewards = rewards_of_labels(reward_model, labels["queries"][idx].to(device),
+                                labels["samples"][idx].to(device))  # [labels, N]
+    loss, accuracy = best_of_n_loss(rewards, labels["best"][idx].to(device))
+    return loss, {"loss": loss, "accuracy": accuracy}
+
+
+def heldout_results(run: Run, reward_model: RewardModel, labels: dict, args: Args, device, step: int) -> dict:
+    """The held-out accuracy (extra metric, none without held-out labels), logged and printed."""
+    if not len(labels["best"]):
+        return {}
+    accuracy = heldout_accuracy(reward_model, labels, args, device)
+    run.log({"train_reward/eval/accuracy": accuracy}, step=step)
+    run.print(f"held-out accuracy on {len(labels['best'])} labels: {accuracy:.3f} (chance {1 / args.label_n:.2f})")
+    return {"heldout_accuracy": accuracy}
+
+
 @torch.no_grad()
 def heldout_accuracy(reward_model: RewardModel, labels: dict[str, torch.Tensor], args: Args, device) -> float:
     """Fraction of held-out labels whose best sample gets the highest reward (extra metric)."""
@@ -190,22 +230,13 @@ def heldout_accuracy(reward_model: RewardModel, labels: dict[str, torch.Tensor],
 
 
 def main(argv: list[str] | None = None) -> Path:
-    try:
-        return train(parse_args(build_args, __doc__.split("\n")[0], argv).finalize())
-    finally:
-        shutdown_distributed()
+    return run_script(build_args, train, __doc__, argv)
 
 
 def train(args: Args) -> Path:
     """Train, normalise and save a reward model; returns the saved directory (on every process)."""
-    # E9: the emulated ranks this process holds, each seeded seed + r * 100003; rank 0's seed for the global
-    # generators in every process, so that every process builds the same reward head
-    seed = rank_seed(args.seed, 0)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    device = setup_distributed(pick_device(args.device, args.tf32))
-    ranks = Ranks(args.num_ranks, args.seed, device, exact=args.exact_ranks)
-    args.world_size = ranks.world_size
+    ranks = Ranks.start(args)  # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    device = ranks.device
     compile_blocks(args.compile)
     # no checkpoints within this phase (minutes long): --resume reuses a finished reward model or trains it again
     with Run(args, "reward", inputs=[args.base_model, args.labels.source, args.task.query_dataset], ranks=ranks) as run:
@@ -217,27 +248,20 @@ def train(args: Args) -> Path:
             label_path = fetch_oai(args.labels.source)
         tokenizer = load_tokenizer(args.base_model)
         pad_id = tokenizer.pad_token_id
-        all_labels = load_best_of_n_labels(label_path, n=args.label_n, query_length=args.task.query_length,
-                                           response_length=args.task.response_length, pad_id=pad_id)
-        n_total = len(all_labels["best"])
-        if n_total < args.labels.num_train:
-            raise UserError(f"label file {label_path} holds {n_total} labels but labels.num_train is "
-                            f"{args.labels.num_train}; lower --labels.num-train")
-        train_labels = {k: v[: args.labels.num_train] for k, v in all_labels.items()}
-        eval_labels = {k: v[args.labels.num_train : args.labels.num_train + args.eval_labels] for k, v in all_labels.items()}
+        train_labels, eval_labels, n_total = split_labels(args, label_path, pad_id)
 
         # the initial policy samples the normalisation queries; the reward model starts from the same LM
         policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
         policy.requires_grad_(False)
         reward_model = RewardModel(load_lm(args.base_model), pad_id).to(device)
         ranks.broadcast_parameters(reward_model)  # OAI train_reward.py: sync_models, every rank starts from rank 0's weights
-        # E9: each held rank draws its block of every batch from its own query stream
+        # E9 per-rank seeds: each held rank draws its block of every batch from its own query stream
         sampler = make_query_sampler(tokenizer, args.task, batch_size=args.rollout_batch_size, seed=args.seed,
                                      num_ranks=args.num_ranks, ranks=ranks.held, labels_source=str(label_path))
         prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
 
-        def stats_fn(n: int) -> tuple[float, float]:
-            return reward_stats(reward_model, policy, sampler, args, n, prefix, suffix, ranks)
+        stats_fn = functools.partial(reward_stats, reward_model, policy, sampler, args, prefix=prefix, suffix=suffix,
+                                     ranks=ranks)  # n samples -> their rewards' mean and std
 
         config = dataclasses.asdict(args)
         run.start(config, tokenizer=tokenizer)
@@ -248,9 +272,7 @@ def train(args: Args) -> Path:
 
         # 2. normalise before training (best_of_N targets mean 0, std 1: label_types.py target_scales is None)
         if args.normalize_before and args.normalize_samples:
-            norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
-            run.log({f"train_reward/normalize_before/{k}": v for k, v in norm.items()}, step=0)
-            run.print(f"normalize_before: {norm}")
+            normalize_and_log(reward_model, stats_fn, args, run, "normalize_before", step=0)
 
         # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
         optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
@@ -262,40 +284,23 @@ def train(args: Args) -> Path:
             set_lr(optimizer, lr)
             indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
             optimizer.zero_grad(set_to_none=True)
-            gradients = ranks.gradient_sum(reward_model.parameters())
-            block_stats = []  # [loss, accuracy] of each block: each rank's labels apart with --exact-ranks
-            for block in ranks.blocks(len(indices)):
-                block_indices = indices[block]
-                sums = torch.zeros(2, dtype=torch.float64)
-                for part in args.micro_batches(len(block_indices)):
-                    mb = block_indices[part]
-                    rewards = rewards_of_labels(reward_model, train_labels["queries"][mb].to(device),
-                                                train_labels["samples"][mb].to(device))  # [micro, N]
-                    loss, accuracy = best_of_n_loss(rewards, train_labels["best"][mb].to(device))
-                    (loss * len(mb) / len(block_indices)).backward()  # the loss is a mean over the block's labels
-                    sums += torch.tensor([loss.item(), accuracy.item()], dtype=torch.float64) * len(mb)
-                gradients.add()
-                block_stats.append(sums / len(block_indices))
-            gradients.reduce()  # E10: the mean over all ranks' labels
+
+            def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
+                return label_loss(reward_model, train_labels, indices[rows], device)
+
+            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.micro_batches)  # E10
             optimizer.step()
             # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
-            loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack(block_stats)).tolist()
+            loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()
             check_finite(f"reward model batch {batch}", loss=loss_mean)
             run.log({"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
                      "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}, step=batch)
 
-        results = {}
-        if len(eval_labels["best"]):
-            accuracy = results["heldout_accuracy"] = heldout_accuracy(reward_model, eval_labels, args, device)
-            run.log({"train_reward/eval/accuracy": accuracy}, step=n_batches)
-            run.print(f"held-out accuracy on {len(eval_labels['best'])} labels: {accuracy:.3f} "
-                      f"(chance {1 / args.label_n:.2f})")
+        results = heldout_results(run, reward_model, eval_labels, args, device, step=n_batches)
 
         # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7)
         if args.normalize_after and args.normalize_samples:
-            norm = normalize(reward_model, stats_fn, args, target_mean=0.0, target_std=1.0)
-            run.log({f"train_reward/normalize_after/{k}": v for k, v in norm.items()}, step=n_batches)
-            run.print(f"normalize_after: {norm}")
+            normalize_and_log(reward_model, stats_fn, args, run, "normalize_after", step=n_batches)
 
         # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8); never a non-finite model
         check_finite("the end of reward model training", weights=reward_model)

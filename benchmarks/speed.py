@@ -346,7 +346,7 @@ def our_rollout(policy, ref_policy, reward_model, queries, args, timer, ranks: R
     """train_policy.rollout with its three model calls timed."""
     with timed_methods(timer, {"sample": (policy, "sample"), "reference": (ref_policy, "analyze_responses"),
                                "score": (reward_model, "score")}):
-        return train_policy.rollout(policy, ref_policy, reward_model, queries, args, [], [], ranks)
+        return train_policy.rollout(policy, ref_policy, reward_model, queries, args, [], [], ranks, args.rewards.kl_coef)
 
 
 def one_update(path: str, models, queries, args, initial: dict, device: torch.device, seed: int,
@@ -357,7 +357,8 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
     """
     policy, ref_policy, reward_model = models
     policy.load_state_dict(initial)
-    optimizer = TF1Adam(policy.parameters(), lr=annealed_lr(args.ppo.lr, 0, args.n_updates), eps=1e-5)  # D5, E8
+    # D5 TF-1 Adam, E8 lr decay
+    optimizer = TF1Adam(policy.parameters(), lr=annealed_lr(args.ppo.lr, 0, args.n_updates), eps=1e-5)
     kl_coef = args.rewards.kl_coef
     timer = PhaseTimer(device)
     torch.manual_seed(seed)

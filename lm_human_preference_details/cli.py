@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 import tyro
@@ -18,16 +20,45 @@ class UserError(Exception):
     """A problem the user can fix: printed as one line ("error: ..."), exit status 2."""
 
 
+class Interrupted(BaseException):
+    """SIGTERM outside a training loop (which turns it into a stop after its update, run.py): like Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_DOING: list[str] = []
+
+
+@contextlib.contextmanager
+def doing(what: str) -> Iterator[None]:
+    """Name the long step under way ("building the offline task's assets"): an interruption says what it stopped."""
+    _DOING.append(what)
+    try:
+        yield
+    finally:
+        _DOING.pop()
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    raise Interrupted(signum)
+
+
 def run_main(main: Callable[[], object]) -> None:
-    """Call ``main``; a UserError (or Ctrl-C) ends the process with one line and a non-zero exit."""
+    """Call ``main``; a UserError, Ctrl-C or SIGTERM ends the process with one line and a non-zero exit."""
+    signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except (KeyboardInterrupt, Interrupted) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        what = f" while {_DOING[-1]}" if _DOING else ""
+        print(f"error: interrupted by {signal.Signals(signum).name}{what}; nothing half-written is kept (a run keeps "
+              "its last checkpoint: continue with --resume)", file=sys.stderr)
+        sys.exit(128 + signum)
 
 
 def pick_device(name: str, tf32: bool = True) -> torch.device:

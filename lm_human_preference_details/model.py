@@ -199,7 +199,7 @@ class LMWithHead(nn.Module):
     def hidden_at(self, tokens: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
         """[b, t] tokens (pads anywhere), [b, s] positions -> [b, s, d] final hidden states there, as `hidden` gives."""
         input_ids, mask, positions = prepare_inputs(tokens, self.pad_id)
-        read = last_real_indices(mask).gather(1, read)  # B2: a pad position reads the last real token before it
+        read = last_real_indices(mask).gather(1, read)  # B2 last real token: a pad reads the last real token before it
         if self.packed:  # the same numbers, computed on the real tokens only
             return packed_hidden(self.lm.base_model, input_ids, mask, positions, read)
         h = self.lm.base_model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions).last_hidden_state

@@ -13,7 +13,7 @@ WHITEN_MIN_EPISODES = 8  # OAI lm_human_preferences/train_policy.py: train, asse
 
 
 # ---------------------------------------------------------------------------------------------
-# C3: log-probs and entropies of logits
+# C3 scoring slice: log-probs and entropies of logits
 # ---------------------------------------------------------------------------------------------
 
 
@@ -34,7 +34,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# E2: truncation and rejection of responses before scoring
+# E2 truncate and score: truncation and rejection of responses before scoring
 # ---------------------------------------------------------------------------------------------
 
 
@@ -67,7 +67,7 @@ def apply_rejection(scores: torch.Tensor, passed: torch.Tensor, penalty_reward_v
 
 
 # ---------------------------------------------------------------------------------------------
-# E3: per-token KL penalty, score at the last token
+# E3 KL penalty: per-token KL penalty, score at the last token
 # ---------------------------------------------------------------------------------------------
 
 
@@ -85,7 +85,7 @@ def kl_rewards(
 
 
 # ---------------------------------------------------------------------------------------------
-# E4: KL coefficient controllers
+# E4 KL controller: KL coefficient controllers
 # ---------------------------------------------------------------------------------------------
 
 
@@ -116,7 +116,7 @@ class AdaptiveKLController:
 
 
 # ---------------------------------------------------------------------------------------------
-# E5: whitening and generalised advantage estimation
+# E5 whitening and GAE: whitening and generalised advantage estimation
 # ---------------------------------------------------------------------------------------------
 
 
@@ -185,7 +185,7 @@ def compute_advantages(
 
 
 # ---------------------------------------------------------------------------------------------
-# E6, E7: clipped value and policy losses
+# E6 value loss, E7 policy loss: clipped value and policy losses
 # ---------------------------------------------------------------------------------------------
 
 
@@ -217,7 +217,7 @@ def policy_loss(
 
 
 # ---------------------------------------------------------------------------------------------
-# E8: learning-rate schedule
+# E8 lr decay: learning-rate schedule
 # ---------------------------------------------------------------------------------------------
 
 

@@ -42,6 +42,13 @@ def rank_seed(seed: int, rank: int) -> int:
     return seed + rank * SEED_STRIDE
 
 
+def seed_globals(seed: int) -> None:
+    """Seed torch's and numpy's global generators with rank 0's seed: what builds a model (its random head) is then
+    the same in every process; each rank's own draws come from its generators in `Ranks` (E9 per-rank seeds)."""
+    torch.manual_seed(rank_seed(seed, 0))
+    np.random.seed(rank_seed(seed, 0))
+
+
 def held_ranks(num_ranks: int, world_size: int, process: int) -> range:
     """The emulated ranks process ``process`` of ``world_size`` holds: a block of num_ranks / world_size."""
     if num_ranks % world_size:
@@ -80,6 +87,19 @@ def shutdown_distributed() -> None:
 
 class Ranks:
     """The emulated ranks this process holds, their random generators, and the collectives over processes."""
+
+    @classmethod
+    def start(cls, args) -> "Ranks":
+        """A run's ranks from its options (--num-ranks, --seed, --exact-ranks, --device): join torchrun's processes,
+        seed the global generators with rank 0's seed in every process (so every process builds the same models), and
+        record the number of processes in ``args.world_size``."""
+        from lm_human_preference_details.cli import pick_device
+
+        seed_globals(args.seed)
+        device = setup_distributed(pick_device(args.device, args.tf32))
+        ranks = cls(args.num_ranks, args.seed, device, exact=args.exact_ranks)
+        args.world_size = ranks.world_size
+        return ranks
 
     def __init__(self, num_ranks: int, seed: int, device: torch.device | str = "cpu", exact: bool = False):
         self.world_size, self.process, _ = torchrun_world()
@@ -191,6 +211,34 @@ class Ranks:
     def gradient_sum(self, params: Iterable[torch.nn.Parameter]) -> "BlockGradients":
         """An accumulator of this process's blocks' gradients, for one optimizer step."""
         return BlockGradients(self, params)
+
+    def backward(self, loss_fn: Callable[[slice], tuple[torch.Tensor, dict[str, torch.Tensor]]], n: int,
+                 params: Iterable[torch.nn.Parameter], micro_batches: Callable[[int], list[slice]]) -> dict[str, torch.Tensor]:
+        """The gradient of one optimizer step over this process's ``n`` rows, as the original's ranks computed it.
+
+        ``loss_fn(rows)`` -> (the mean loss over those rows, statistics of them), for a slice of the n rows. The rows
+        are taken rank block by rank block (`blocks`) and micro-batch by micro-batch; each block's gradient is the
+        mean over its rows, and every parameter's .grad is left holding the mean over all ranks' blocks (FIDELITY E10
+        gradient average, `BlockGradients`). -> each statistic per block, [blocks] (a rank's own mean when exact):
+        `mean_over_blocks` averages them as the original's mpi_allreduce_mean did.
+        """
+        gradients = BlockGradients(self, params)
+        stats: dict[str, list[torch.Tensor]] = {}
+        for block in self.blocks(n):
+            size = block.stop - block.start
+            sums: dict[str, torch.Tensor] = {}
+            for part in micro_batches(size):
+                rows = slice(block.start + part.start, block.start + part.stop)
+                loss, row_stats = loss_fn(rows)
+                weight = (part.stop - part.start) / size
+                (loss * weight).backward()  # the block's loss is the mean over its rows
+                for k, v in row_stats.items():
+                    sums[k] = sums.get(k, 0.0) + weight * v.detach().double()
+            gradients.add()
+            for k, v in sums.items():
+                stats.setdefault(k, []).append(v)
+        gradients.reduce()
+        return {k: torch.stack(v) for k, v in stats.items()}
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Process 0's weights and buffers everywhere, so every process starts from the same model."""

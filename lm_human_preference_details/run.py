@@ -34,7 +34,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
 import torch
 from torch import nn
@@ -52,8 +52,10 @@ from lm_human_preference_details.checkpoint import (
 )
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import remove_leftovers
+from lm_human_preference_details.ranks import shutdown_distributed
 from lm_human_preference_details.tracking import Tracker
 
+T = TypeVar("T")
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
 KINDS = ("reward", "policy")
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
@@ -254,6 +256,17 @@ def check_finite(where: str, **values: Any) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- the run
+def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
+    """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
+    train, and leave torchrun's process group at the end."""
+    from lm_human_preference_details.tasks import parse_args
+
+    try:
+        return train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
+    finally:
+        shutdown_distributed()
+
+
 class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 

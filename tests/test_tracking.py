@@ -1,6 +1,7 @@
 """tracking.py: a resumed run's logs continue the killed run's without showing any step twice."""
 
 import json
+import time
 
 import pytest
 
@@ -45,6 +46,9 @@ def test_a_resumed_run_continues_its_wandb_run_offline(tmp_path, monkeypatch):
     first.log({"loss": 1.0}, 0)
     saved = first.state_dict()  # what a checkpoint keeps
     first.close()
+    # W&B names a session's directory offline-run-<second>-<id>: two sessions of one run within one second share it
+    # (a real resume comes minutes later), so the second starts in the next second
+    time.sleep(1.05 - time.time() % 1)
     resumed = _tracker(tmp_path, track=True, resume_step=1, wandb_id=saved["wandb_id"])
     resumed.log({"loss": 2.0}, 1)
     assert resumed.state_dict() == saved and resumed.wandb.id == saved["wandb_id"]
