@@ -272,7 +272,13 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
     tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 16, "--task.response-length", 8,
             "--task.truncate-after", 4, "--device", "cpu"]
     reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", *tiny]
+    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.tokenizer import load_tokenizer
+
     policy_run, reward_run = fake_run_dir(tmp_path / "policy_run", "policy"), fake_run_dir(tmp_path / "reward_run", "reward")
+    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))  # a reward model the policy script accepts
+    save_model_dir(reward_run / "reward_model", RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id),
+                   tokenizer, {"task": {"query_length": 16, "response_length": 8}})
     user = tmp_path / "user"
     user.mkdir()
     (user / "config.json").write_text('{"the user": "config"}')
@@ -304,8 +310,7 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
     out = tmp_path / "run"
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
-            assets / "queries.txt", "--task.query-length", 16, "--task.response-length", 8, "--task.truncate-after", 4,
-            "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
+            assets / "queries.txt", "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
             "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
