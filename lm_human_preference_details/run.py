@@ -297,10 +297,13 @@ class Run:
     # -------------------------------------------------------------------------- enter: check, lock, prepare
     def __enter__(self) -> Run:
         args = self.args
-        mode = check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite, inputs=self.inputs)
-        with self.ranks.main_first():  # process 0 locks and prepares the directory, then the others read it
+        with self.ranks.main_first():  # process 0 checks, locks and prepares the directory, then the others read it
             if self.is_main:
-                self._prepare(mode)
+                self._prepare(check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite,
+                                            inputs=self.inputs))
+        finished = FINISHED.get(self.kind)
+        if not self.is_main:  # what process 0 found: a finished model it kept (an unfinished one it cleared)
+            self.finished = bool(args.resume and finished and (self.dir / finished).is_dir())
         if self.finished:
             return self
         if args.resume and self.kind == "policy":

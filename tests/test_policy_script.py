@@ -135,6 +135,7 @@ def test_update_stats_names_and_values():
         "scores": torch.tensor([1.0, 3.0]),
         "non_score_reward": torch.tensor([[-0.1, 0.0], [-0.1, -0.2]]),
     }
+    data["kl"] = data["logprobs"] - data["ref_logprobs"]  # as the rollout returns it
     train_stats = [{"val/error": 1.0, "returns/var": 4.0, "loss/policy": 0.5},
                    {"val/error": 3.0, "returns/var": 4.0, "loss/policy": 1.5}]
     stats = train_policy.update_stats(data, train_stats, 0.15, 9, args, elapsed=100.0, delta=2.0,
