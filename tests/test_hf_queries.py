@@ -270,6 +270,23 @@ def test_tldr_archive_bad_lines_are_one_line(tmp_path, lines, match):
     assert "\n" not in str(e.value) and not (tmp_path / "t" / "body.arrow").exists()
 
 
+def test_a_damaged_archive_is_one_line_and_leaves_no_table(tmp_path):
+    archive = tmp_path / "damaged.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as zf:  # stored: the bytes are the lines
+        zf.writestr("corpus-webis-tldr-17.json", b"".join(json.dumps({"summary": "s", "content": "c", "body": f"b{i}"}
+                                                                     ).encode() + b"\n" for i in range(100)))
+    data = bytearray(archive.read_bytes())
+    data[data.find(b'"b50"') + 2] = ord("X")  # a flipped byte inside the file: still JSON, but the CRC-32 fails
+    archive.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"cannot read .*damaged.zip into .*body.arrow \(Bad CRC-32 .*\); a damaged "
+                                        r"archive: delete it") as e:
+        hf_queries.open_query_data(str(archive), "body", cache_dir=tmp_path / "cache")
+    assert "\n" not in str(e.value) and not list((tmp_path / "cache").rglob("*.arrow"))
+    (tmp_path / "not.zip").write_text("not a zip")
+    with pytest.raises(UserError, match=r"not.zip is not a readable .zip holding corpus-webis-tldr-17.json"):
+        hf_queries.open_query_data(str(tmp_path / "not.zip"), "body", cache_dir=tmp_path / "cache")
+
+
 def test_local_tldr_zip_gives_each_rank_the_baselines_stream(tokenizer, tldr_zip, tmp_path, capsys):
     world, batch_size, batches, seed = 4, 8, 12, 3  # 24 per rank, 96 items: the 20 rows repeat; one body is 300 KB
     sampler = make_sampler(tokenizer, tldr_zip, tmp_path, column="body", batch_size=batch_size, seed=seed,
