@@ -241,7 +241,7 @@ def check_hub_export(source: ParquetExport) -> list[str]:
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError) as e:
         raise UserError(f"the Hub has no parquet export of {source.repo_id} ({PARQUET_REVISION}/{source.config}: "
                         f"{_reason(e)}); {_local_fix(source)}") from None
-    except Exception as e:  # a network error or an outage: the cache is not used when the Hub answers at all
+    except Exception as e:  # an outage or a network error: HF_HUB_OFFLINE=1 reads the cache instead (the advice)
         raise UserError(f"cannot list the Hub's parquet export of {source.repo_id} ({_reason(e)}); "
                         f"{_hub_advice(source)}") from None
     train = export_train_files(source, sizes)
@@ -283,8 +283,8 @@ def hub_export_files(dataset: str, *, hub_cache_dir: str | os.PathLike | None = 
     train = [root / p for p in export_train_files(source, (p.relative_to(root).as_posix() for p in root.rglob("*.parquet")))]
     check_row_count(f"the cached parquet export of {source.repo_id} ({train[0].parent})",
                     sum(parquet_rows(f) for f in train), source.num_rows,
-                    "delete it from the Hugging Face cache (`hf cache rm`) to download it again, or "
-                    + _local_fix(source))
+                    f"delete it from the Hugging Face cache (`hf cache rm dataset/{source.repo_id}`) to download it "
+                    f"again, or {_local_fix(source)}")
     return train
 
 
@@ -435,7 +435,8 @@ def build_archive_table(archive: Path, dest: Path, field: str, *, expected_rows:
                 writer.write_batch(pa.record_batch([pa.array(batch, pa.string())], schema=schema))
                 rows += len(batch)
                 check_row_count(f"{archive} ({TLDR.member})", rows, expected_rows,
-                                "the archive is not the whole corpus: delete it to download it again")
+                                f"the archive is not the whole corpus: delete it from the Hugging Face cache "
+                                f"(`hf cache rm dataset/{TLDR.repo_id}`) to download it again")
     except (OSError, EOFError, zipfile.BadZipFile, pa.ArrowException, UnicodeError) as e:  # damaged, or no zip at all
         raise UserError(f"cannot read {archive} into {dest} ({_reason(e)}); a damaged archive: delete it to download it "
                         "again, or pass another copy") from None
@@ -454,7 +455,8 @@ def hub_archive(*, hub_cache_dir: str | os.PathLike | None = None) -> Path:
 
     offline = hub_offline()
     if not offline:
-        print(f"downloading {TLDR.repo_id}/{TLDR.filename} once; the table read from it is all later runs need")
+        print(f"getting {TLDR.repo_id}/{TLDR.filename} into the Hugging Face cache; the table read from it is all "
+              "later runs need")
     try:
         return Path(hf_hub_download(TLDR.repo_id, TLDR.filename, repo_type="dataset", revision=TLDR.revision,
                                     cache_dir=hub_cache_dir, local_files_only=offline))

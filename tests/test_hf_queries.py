@@ -345,7 +345,8 @@ def test_tldr_17_reads_the_hubs_archive_from_the_cache_once(tokenizer, tmp_path,
 
 def test_tldr_17_cache_with_another_corpus_is_refused(tokenizer, tldr_zip, tmp_path):
     fake_hub_cache(tmp_path / "hub", "webis/tldr-17", "main", {"data/corpus-webis-tldr-17.zip": tldr_zip})
-    with pytest.raises(UserError, match=r"holds 20 rows, the baseline shuffled 3,848,330.*delete it to download it again"):
+    with pytest.raises(UserError, match=r"holds 20 rows, the baseline shuffled 3,848,330.*`hf cache rm "
+                                        r"dataset/webis/tldr-17`"):
         HFQuerySampler(tokenizer, dataset="tldr-17", query_length=8, batch_size=8, seed=1, cache_dir=tmp_path / "cache",
                        hub_cache_dir=tmp_path / "hub")
     assert not list((tmp_path / "cache").rglob("*.arrow"))
@@ -523,7 +524,7 @@ def test_a_cached_partial_export_is_refused_offline(tmp_path):
     full = {f"plain_text/train/{i:04d}.parquet": part for i in range(2)}
     fake_hub_cache(tmp_path / "hub2", "bookcorpus/bookcorpus", "refs/convert/parquet", full)
     with pytest.raises(UserError, match=r"the cached parquet export of bookcorpus/bookcorpus .* holds 10 rows, the "
-                                        r"baseline shuffled 74,004,228.*hf cache rm"):
+                                        r"baseline shuffled 74,004,228.*`hf cache rm dataset/bookcorpus/bookcorpus`"):
         hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub2")
 
 
