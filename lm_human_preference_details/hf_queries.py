@@ -472,7 +472,8 @@ def archive_table(dataset: str, field: str, *, cache_dir: str | os.PathLike | No
     from filelock import FileLock
 
     root = Path(cache_dir or cache_files.CACHE_DIR, "hf_queries")
-    if dataset in HF_SOURCES:
+    from_hub = dataset in HF_SOURCES
+    if from_hub:
         archive, dest = None, root / dataset / f"{field}.arrow"
     else:
         archive = Path(dataset).expanduser()
@@ -483,11 +484,13 @@ def archive_table(dataset: str, field: str, *, cache_dir: str | os.PathLike | No
             raise UserError(f"query dataset {dataset} is not a readable .zip holding {TLDR.member} ({_reason(e)}); "
                             "pass webis-tldr-17's corpus archive") from None
         dest = root / f"{archive.stem}-{info.CRC:08x}-{info.file_size}" / f"{field}.arrow"
+    if dest.is_file():
+        return dest
+    archive = archive or hub_archive(hub_cache_dir=hub_cache_dir)  # offline without it: one line, nothing written
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{dest}.lock"):  # torchrun's processes build it once, one after the other finds it
         if not dest.is_file():
-            build_archive_table(archive or hub_archive(hub_cache_dir=hub_cache_dir), dest, field,
-                                expected_rows=TLDR.num_rows if archive is None else None)
+            build_archive_table(archive, dest, field, expected_rows=TLDR.num_rows if from_hub else None)
     return dest
 
 
