@@ -25,7 +25,7 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -624,15 +624,16 @@ class HFQuerySampler:
         return encode_queries(self.tokenizer, self.next_texts(), query_length=self.query_length)
 
 
-def print_first_query(sampler) -> str | None:
-    """Print rank 0's first shuffled text as the baseline's fork did, `=========== <text>`, and return it, when
-    ``sampler`` (make_query_sampler's) streams a baseline source (bookcorpus, tldr-17, a local parquet or .zip) and
-    holds rank 0; else None. The baseline's line is in its W&B run's output log: the same seed gives the same line."""
+def print_first_query(sampler, out: Callable[..., None] = print) -> str | None:
+    """Print rank 0's first shuffled text as the baseline's fork did, `=========== <text>` (through ``out``, called as
+    print is), and return it, when ``sampler`` (make_query_sampler's) streams a baseline source (bookcorpus, tldr-17,
+    a local parquet or .zip) and holds rank 0; else None. The baseline's line is in its W&B run's output log: the same
+    seed gives the same line."""
     # OAI fork lm_human_preferences/oaidatasets/books.py: books_generator, print("===========", data["text"]) for the
     # first item of the shuffled dataset (tldr.py prints nothing: its runs' logs have no such line)
     first_text = getattr(sampler, "first_text", None)
     if first_text is None or 0 not in sampler.ranks:
         return None
     text = first_text()
-    print("===========", text, flush=True)
+    out("===========", text)
     return text

@@ -589,6 +589,9 @@ def test_print_first_query_is_rank_0s_first_shuffled_text(tokenizer, bookcorpus_
     assert hf_queries.print_first_query(sampler) == expected
     assert capsys.readouterr().out == f"=========== {expected}\n"  # books.py: print("===========", data["text"])
     assert sampler.batches_drawn == 1  # printing draws nothing from the stream
+    lines = []
+    assert hf_queries.print_first_query(sampler, lambda *text: lines.append(" ".join(text))) == expected  # run.print
+    assert lines == [f"=========== {expected}"]
     other = make_query_sampler(tokenizer, task, batch_size=16, seed=seed, num_ranks=8, ranks=[1, 2])
     assert hf_queries.print_first_query(other) is None and other.first_text() == expected  # rank 0 is another's
     books = TaskHParams(query_dataset=str(tmp_path / "q.txt"), query_length=8, start_text=None, end_text=None)
