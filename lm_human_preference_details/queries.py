@@ -146,8 +146,8 @@ def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks
 
     ``next()`` gives [len(ranks) * batch_size / num_ranks, query_length]: block i is rank ranks[i]'s next
     batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9), whatever the source:
-    - the baseline's Hugging Face sources (bookcorpus, tldr-17, a local .parquet): rank r shuffles with
-      ``seed`` + r * 100003, then takes shard r (hf_queries.py);
+    - the baseline's Hugging Face sources (bookcorpus, tldr-17, a local .parquet or tldr-17 .zip; text column
+      task.query_column): rank r shuffles with ``seed`` + r * 100003, then takes shard r (hf_queries.py);
     - the 2019 sources (books-2019, tldr-2019, cnndm, oai-label-queries, a local .jsonl/.txt): one shuffle with
       ``shuffle_seed`` (the original's tf_dataset default 0, whatever the run seed), then shard r.
     The sampler counts its batches, so that a resumed run fast-forwards it to where it stood (checkpoint.py).
@@ -158,7 +158,7 @@ def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks
                             "another); use the train split (sample.py --query-mode train) or books-2019 for held-out queries")
         sampler = HFQuerySampler(tokenizer, dataset=task.query_dataset, query_length=task.query_length,
                                  batch_size=batch_size, seed=seed, world_size=num_ranks, ranks=ranks,
-                                 start_text=task.start_text, end_text=task.end_text)
+                                 column=task.query_column, start_text=task.start_text, end_text=task.end_text)
     else:
         sampler = QuerySampler(tokenizer, dataset=task.query_dataset, query_length=task.query_length,
                                start_text=task.start_text, end_text=task.end_text, batch_size=batch_size, mode=mode,

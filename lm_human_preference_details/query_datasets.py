@@ -31,9 +31,11 @@ T = TypeVar("T")
 
 
 def is_hf_source(dataset: str) -> bool:
-    """True for the baseline's Hugging Face sources (hf_queries.py): bookcorpus, tldr-17, a local .parquet file or dir."""
+    """True for the baseline's Hugging Face sources (hf_queries.py): bookcorpus, tldr-17, a local .parquet file or dir,
+    a local .zip copy of tldr-17's corpus."""
     path = Path(dataset).expanduser()
-    return dataset in HF_SOURCES or path.suffix == ".parquet" or (path.is_dir() and any(path.rglob("*.parquet")))
+    return (dataset in HF_SOURCES or path.suffix in (".parquet", ".zip")
+            or (path.is_dir() and any(path.rglob("*.parquet"))))
 
 
 def dataset_start_end(dataset: str) -> tuple[str | None, str | None]:

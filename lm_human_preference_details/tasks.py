@@ -34,8 +34,12 @@ class TaskHParams:
     """tokens per query after processing (launch.py books_task: 64)"""
     query_dataset: str = "bookcorpus"
     """bookcorpus | tldr-17 (the public baseline's Hugging Face streams, a shuffle per rank) | books-2019 | tldr-2019 |
-    cnndm | oai-label-queries (the 2019 pipeline: OpenAI's files, one shuffle) | a local .parquet/.jsonl/.txt path
-    (launch.py: books, tldr, cnndm; the baseline's fork: bookcorpus, tldr-17; README, Query data)"""
+    cnndm | oai-label-queries (the 2019 pipeline: OpenAI's files, one shuffle) | a local .parquet file or folder,
+    a local corpus-webis-tldr-17.zip, a .jsonl/.txt path (launch.py: books, tldr, cnndm; the baseline's fork:
+    bookcorpus, tldr-17; docs/data-sources.md)"""
+    query_column: str = "text"
+    """the text column of a parquet query dataset, or the field of tldr-17's corpus (the fork: `text` of bookcorpus,
+    `body` of webis/tldr-17: the tldr preset's)"""
     query_prefix: str = ""
     """text put before every query (launch.py: '' for books, 'Article:\\n\\n' for cnndm)"""
     query_suffix: str = ""
@@ -79,12 +83,16 @@ def check_task(task: TaskHParams) -> None:
 def check_task_inputs(task: TaskHParams, base_model: str) -> None:
     """What the task's flags name on disk or on the hub, read without loading a model: the query file, the base model
     (its files, or its hub config) and room in its context for prefix + query + suffix + response."""
+    from lm_human_preference_details.hf_queries import check_query_column
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import QUERY_DATASETS
+    from lm_human_preference_details.query_datasets import QUERY_DATASETS, is_hf_source
 
-    if task.query_dataset not in QUERY_DATASETS and not Path(task.query_dataset).expanduser().is_file():
+    path = Path(task.query_dataset).expanduser()
+    if task.query_dataset not in QUERY_DATASETS and not path.is_file() and not path.is_dir():
         raise UserError(f"--task.query-dataset {task.query_dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
-                        "existing .jsonl/.txt/.parquet file; pass one of them")
+                        "existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
+    if is_hf_source(task.query_dataset):
+        check_query_column(task.query_dataset, task.query_column)
     n_positions = context_length(base_model_config(base_model))
     # byte-level BPE: a text never takes more tokens than it has bytes
     extra = len(task.query_prefix.encode()) + len(task.query_suffix.encode())
@@ -148,11 +156,13 @@ def _books(labels: str) -> Task:
     )
 
 
-def _summaries(name: str, dataset: str, prefix: str, end_text: Optional[str], temperature: float, kl_coef: float) -> Task:
+def _summaries(name: str, dataset: str, column: str, prefix: str, end_text: Optional[str], temperature: float,
+               kl_coef: float) -> Task:
     return Task(
         task=TaskHParams(
-            query_length=500, query_dataset=dataset, query_prefix=prefix, query_suffix="\n\nTL;DR:", start_text=None,
-            end_text=end_text, response_length=75, truncate_token=198, truncate_after=55, temperature=temperature,
+            query_length=500, query_dataset=dataset, query_column=column, query_prefix=prefix, query_suffix="\n\nTL;DR:",
+            start_text=None, end_text=end_text, response_length=75, truncate_token=198, truncate_after=55,
+            temperature=temperature,
         ),
         labels=LabelHParams(num_train=46000, source=f"{OAI_URL}/labels/{name}/online_45k.json"),
         train_reward={"batch_size": 16, "lr": 2.5e-5, "rollout_batch_size": 128, "normalize_samples": 256},
@@ -168,8 +178,8 @@ def _summaries(name: str, dataset: str, prefix: str, end_text: Optional[str], te
 PRESETS: dict[str, Callable[[], Task]] = {
     "sentiment": lambda: _books("sentiment/offline_5k.json"),
     "descriptiveness": lambda: _books("descriptiveness/offline_5k.json"),
-    "tldr": lambda: _summaries("tldr", "tldr-17", "", None, 0.7, 0.03),  # tldr-2019: OpenAI's subset files
-    "cnndm": lambda: _summaries("cnndm", "cnndm", "Article:\n\n", "\n", 0.5, 0.01),
+    "tldr": lambda: _summaries("tldr", "tldr-17", "body", "", None, 0.7, 0.03),  # tldr-2019: OpenAI's subset files
+    "cnndm": lambda: _summaries("cnndm", "cnndm", "text", "Article:\n\n", "\n", 0.5, 0.01),
 }
 # Tasks that are not in the original, by module: each module has a `task() -> Task` (README: the offline task)
 EXTRA_TASKS: dict[str, str] = {"offline": "lm_human_preference_details.offline"}

@@ -150,11 +150,13 @@ def test_dataset_names_carry_their_start_and_end_text():
     assert query_datasets.dataset_start_end("books-2019") == (".", ".")
     assert query_datasets.dataset_start_end("/data/my_passages.jsonl") == (".", ".")
     assert query_datasets.dataset_start_end("/data/queries.txt") == (".", ".")
-    for name in ("bookcorpus", "tldr-17", "tldr-2019", "cnndm", "oai-label-queries", "/data/books.parquet"):
+    for name in ("bookcorpus", "tldr-17", "tldr-2019", "cnndm", "oai-label-queries", "/data/books.parquet",
+                 "/data/corpus-webis-tldr-17.zip"):
         assert query_datasets.dataset_start_end(name) == (None, None), name
     assert query_datasets.QUERY_DATASETS == ("bookcorpus", "tldr-17", "books-2019", "tldr-2019", "cnndm",
                                              "oai-label-queries")
     assert query_datasets.is_hf_source("bookcorpus") and query_datasets.is_hf_source("x/y.parquet")
+    assert query_datasets.is_hf_source("x/corpus-webis-tldr-17.zip")  # tldr-17's corpus, read as its loading script
     assert not query_datasets.is_hf_source("books-2019") and not query_datasets.is_hf_source("q.jsonl")
 
 
