@@ -39,6 +39,7 @@ import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
+from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
@@ -423,6 +424,7 @@ def train(args: Args) -> dict:
         objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks}
         first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": fingerprint(reward_model)},
                                  models={"policy": policy}, tokenizer=tokenizer)
+        print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log
         run.print(f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
                   f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
                   f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch "

@@ -33,6 +33,7 @@ import tyro
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
+from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
@@ -265,6 +266,7 @@ def train(args: Args) -> Path:
 
         config = dataclasses.asdict(args)
         run.start(config, tokenizer=tokenizer)
+        print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log
         n_batches = args.labels.num_train // args.batch_size
         run.print(f"train_reward: {args.labels.num_train} labels ({n_total} in file, {len(eval_labels['best'])} held out), "
                   f"{n_batches} batches of {args.batch_size}, {args.num_ranks} ranks on {ranks.world_size} process(es), "
