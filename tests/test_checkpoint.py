@@ -466,7 +466,7 @@ def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny
         run_main(lambda: train_reward.main(reward_argv(assets, tiny_labels, run)))
     err = capsys.readouterr().err
     assert e.value.code == 2 and one_error_line(err).startswith(f"error: {message}")
-    assert not (run / "reward_model").exists() and not list(run.glob(".*"))  # no model, nothing half-written
+    assert not (run / "reward_model").exists() and not list(run.glob(".lmhp-tmp~*"))  # no model, nothing half-written
     batches = [r["step"] for r in rows(run) if "train_reward/minibatch/loss" in r]
     assert batches == ([0] if where == "loss" else [0, 1])  # the NaN batch is not logged
 
