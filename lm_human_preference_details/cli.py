@@ -28,17 +28,16 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-_DOING: list[str] = []
-
-
 @contextlib.contextmanager
 def doing(what: str) -> Iterator[None]:
-    """Name the long step under way ("building the offline task's assets"): an interruption says what it stopped."""
-    _DOING.append(what)
+    """Name the long step under way ("building the offline task's assets"): an interruption (SIGTERM, Ctrl-C) raised
+    inside it carries the name of the innermost step, which run_main's one line says."""
     try:
         yield
-    finally:
-        _DOING.pop()
+    except (KeyboardInterrupt, Interrupted) as e:
+        if not hasattr(e, "while_doing"):
+            e.while_doing = what
+        raise
 
 
 def _raise_interrupted(signum: int, frame) -> None:
@@ -47,7 +46,7 @@ def _raise_interrupted(signum: int, frame) -> None:
 
 def run_main(main: Callable[[], object]) -> None:
     """Call ``main``; a UserError, Ctrl-C or SIGTERM ends the process with one line and a non-zero exit."""
-    signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         main()
     except UserError as e:
@@ -55,10 +54,12 @@ def run_main(main: Callable[[], object]) -> None:
         sys.exit(getattr(e, "exit_code", 2))
     except (KeyboardInterrupt, Interrupted) as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-        what = f" while {_DOING[-1]}" if _DOING else ""
+        what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""
         print(f"error: interrupted by {signal.Signals(signum).name}{what}; nothing half-written is kept (a run keeps "
               "its last checkpoint: continue with --resume)", file=sys.stderr)
         sys.exit(128 + signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def pick_device(name: str, tf32: bool = True) -> torch.device:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.cli import UserError, doing
 from lm_human_preference_details.files import atomic_path
 
 OAI_URL = "https://openaipublic.blob.core.windows.net/lm-human-preferences"  # OpenAI's public container
@@ -174,7 +174,8 @@ def fetch(source: str, *, cache_dir: str | os.PathLike | None = None, sha256: st
     for attempt in range(retries):
         last = attempt == retries - 1
         try:
-            _download_once(source, dest, sha256)
+            with doing(f"downloading {source} into {dest}"):
+                _download_once(source, dest, sha256)
             return dest
         except urllib.error.HTTPError as e:
             if e.code < 500 or last:  # a 4xx answer will not change on a retry

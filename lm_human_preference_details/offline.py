@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from lm_human_preference_details import files
+from lm_human_preference_details.cli import doing
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.lm_head import response_logprobs
@@ -199,9 +200,9 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
     out = Path(out or offline_dir())
     if (out / "labels.json").exists():
         return out
-    print(f"creating the offline task's assets in {out} (once)")
-    torch.manual_seed(0)
-    with atomic_path(out, is_dir=True) as tmp:
+    with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True) as tmp:
+        print(f"creating the offline task's assets in {out} (once)")
+        torch.manual_seed(0)
         tokenizer = gpt2_tokenizer()
         (tmp / "queries.txt").write_text("\n\n".join(corpus(500, seed=1)) + "\n")
         (tmp / "queries_test.txt").write_text("\n\n".join(corpus(100, seed=2)) + "\n")

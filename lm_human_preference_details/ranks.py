@@ -208,10 +208,6 @@ class Ranks:
         for g, new in zip(grads, flat.split([g.numel() for g in grads])):
             g.copy_(new.view_as(g))
 
-    def gradient_sum(self, params: Iterable[torch.nn.Parameter]) -> "BlockGradients":
-        """An accumulator of this process's blocks' gradients, for one optimizer step."""
-        return BlockGradients(self, params)
-
     def backward(self, loss_fn: Callable[[slice], tuple[torch.Tensor, dict[str, torch.Tensor]]], n: int,
                  params: Iterable[torch.nn.Parameter], micro_batches: Callable[[int], list[slice]]) -> dict[str, torch.Tensor]:
         """The gradient of one optimizer step over this process's ``n`` rows, as the original's ranks computed it.

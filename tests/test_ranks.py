@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.model import Policy, load_lm
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, held_ranks, rank_seed
+from lm_human_preference_details.ranks import BlockGradients, Ranks, held_ranks, rank_seed
 from lm_human_preference_details.tasks import TaskHParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_exact_gradients_are_the_rank_means_in_the_tree_order():
     x, w = torch.randn(16, 5), torch.nn.Parameter(torch.randn(5))
     unused = torch.nn.Parameter(torch.zeros(2))  # no loss reaches it: its .grad stays None, as after one pass
     ranks = Ranks(4, seed=0, exact=True)
-    gradients = ranks.gradient_sum([w, unused])
+    gradients = BlockGradients(ranks, [w, unused])  # what Ranks.backward accumulates into, block by block
     for block in ranks.blocks(16):
         (x[block] @ w).square().mean().backward()
         gradients.add()

@@ -212,13 +212,21 @@ def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
 
 def test_two_interrupts_during_one_long_operation_stop_at_once():
     """Ctrl-C twice while the main thread is inside one long C call: Python runs its handler once for both."""
-    sender = threading.Thread(target=lambda: [os.kill(os.getpid(), signal.SIGINT) for _ in range(2)])
+    go = threading.Event()
+
+    def send_twice():  # thread-directed, to this thread, which does not block SIGINT: its C-level handler runs twice
+        go.wait()
+        for _ in range(2):
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    sender = threading.Thread(target=send_twice)
+    sender.start()  # before the main thread blocks SIGINT: a new thread inherits the mask
     with StopSignals():
         with pytest.raises(KeyboardInterrupt):
-            # the main thread blocks SIGINT, so both land on the sender thread's C handler before Python runs ours
+            # the main thread blocks SIGINT, so Python runs our handler only after both have arrived
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
-                sender.start()
+                go.set()
                 sender.join()
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
