@@ -68,6 +68,7 @@ from lm_human_preference_details.ppo import (
     FixedKLController,
     annealed_lr,
     apply_rejection,
+    check_ppo,
     compute_advantages,
     kl_rewards,
     policy_loss,
@@ -178,6 +179,7 @@ class Args(RunArgs):
             check_positive("--rewards.target", self.rewards.target, "the KL the controller aims at")
             check_at_least("--rewards.horizon", self.rewards.horizon, 1, "the controller's horizon in episodes")
         check_task(self.task)
+        check_ppo(ppo, self.rewards)
         # OAI lm_human_preferences/train_policy.py: nupdates = ceil_div(total_episodes, batch_size)
         self.n_updates = math.ceil(ppo.total_episodes / ppo.batch_size)
         if ppo.batch_size % ppo.nminibatches:

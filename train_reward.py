@@ -33,7 +33,7 @@ import tyro
 from tqdm.auto import tqdm
 
 from lm_human_preference_details.checkpoint import Stopped, StopSignals, check_finite, prepare_run_dir, save_errors
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, pick_device, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, pick_device, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
@@ -95,6 +95,7 @@ class Args(RunArgs, RewardTrainHParams):
         check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
         check_at_least("--eval-labels", self.eval_labels, 0, "held-out labels (0: off)")
         check_task(self.task)
+        check_positive("--lr", self.lr, "the initial learning rate")
         # OAI lm_human_preferences/train_reward.py: HParams.validate -> exact_div(num_train, batch_size)
         if self.labels.num_train % self.batch_size:
             raise UserError(f"labels.num_train ({self.labels.num_train}) must be divisible by batch_size "
