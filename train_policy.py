@@ -198,7 +198,7 @@ class Args(RunArgs):
         self.finalize_run("policy", **{"the minibatch size": self.minibatch_size})
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
-            check_task_inputs(self.task, self.base_model)
+            check_task_inputs(self.task, self.base_model, self.rewards.train_new_model.labels.source)
             path = self.rewards.trained_model
             if path is None:
                 reward_run_args(self, check_inputs)  # the reward run this one starts, checked now, not after loading

@@ -17,7 +17,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import tyro
@@ -85,15 +84,14 @@ def check_task(task: TaskHParams) -> None:
                         f"({task.response_length}), else every response is rejected; lower --task.truncate-after")
 
 
-def check_task_inputs(task: TaskHParams, base_model: str) -> None:
-    """What the task's flags name on disk or on the hub, read without loading a model: the query file, the base model
-    (its files, or its hub config) and room in its context for prefix + query + suffix + response."""
+def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | None = None) -> None:
+    """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
+    texts; for oai-label-queries, ``labels_source``'s queries), the base model (its files, or its hub config), a
+    truncate token in its vocabulary and room in its context for prefix + query + suffix + response."""
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import QUERY_DATASETS
+    from lm_human_preference_details.query_datasets import check_query_dataset
 
-    if task.query_dataset not in QUERY_DATASETS and not Path(task.query_dataset).expanduser().is_file():
-        raise UserError(f"--task.query-dataset {task.query_dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
-                        "existing .jsonl/.txt/.parquet file; pass one of them")
+    check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source)
     config = base_model_config(base_model)
     n_vocab = config.get("vocab_size")
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
