@@ -216,18 +216,20 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
     return out
 
 
-@torch.no_grad()
-def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, seed: int = 12345) -> dict[str, float]:
-    """Gold and reward-model scores of the initial and the trained policy on held-out queries, and the KL.
-
-    The held-out passages are processed as the run's text queries; a run on the label file's queries
-    (oai-label-queries) gets them as make_labels cut those from the same corpus, with '.' as start and end text.
-    """
+def heldout_queries(tokenizer, task, n: int, seed: int) -> torch.Tensor:
+    """[n, query_length] queries from the held-out passages (queries_test.txt), processed as the run's text queries;
+    for a run on the label file's queries (oai-label-queries), as make_labels cut those from the same corpus."""
     texts = task.query_dataset not in QUERY_DATASETS
     sampler = QuerySampler(tokenizer, dataset=str(offline_dir() / "queries_test.txt"), query_length=task.query_length,
                            start_text=task.start_text if texts else ".", end_text=task.end_text if texts else ".",
                            batch_size=n, seed=seed)
-    queries = next(sampler).to(policy.head.weight.device)
+    return next(sampler)
+
+
+@torch.no_grad()
+def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, seed: int = 12345) -> dict[str, float]:
+    """Gold and reward-model scores of the initial and the trained policy on held-out queries, and the KL."""
+    queries = heldout_queries(tokenizer, task, n, seed).to(policy.head.weight.device)
     contexts = format_queries(queries, [], [])
     out = {}
     for name, model in (("initial", ref_policy), ("trained", policy)):
