@@ -113,9 +113,9 @@ class Args(RunArgs, RewardTrainHParams):
         self.finalize_run("reward", batch_size=self.batch_size)
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
+            check_task_inputs(self.task, self.base_model, self.labels.source)
             check_label_source(self.labels.source, n=self.label_n, query_length=self.task.query_length,
                                response_length=self.task.response_length, num_train=self.labels.num_train)
-            check_task_inputs(self.task, self.base_model, self.labels.source)
         return self
 
 
