@@ -54,6 +54,7 @@ from lm_human_preference_details.ppo import (
     FixedKLController,
     annealed_lr,
     apply_rejection,
+    check_ppo,
     compute_advantages,
     kl_rewards,
     policy_loss,
@@ -164,6 +165,7 @@ class Args(RunArgs):
             check_positive("--rewards.target", self.rewards.target, "the KL the controller aims at")
             check_at_least("--rewards.horizon", self.rewards.horizon, 1, "the controller's horizon in episodes")
         check_task(self.task)
+        check_ppo(ppo, self.rewards)
         # OAI lm_human_preferences/train_policy.py: nupdates = ceil_div(total_episodes, batch_size)
         self.n_updates = math.ceil(ppo.total_episodes / ppo.batch_size)
         if ppo.batch_size % ppo.nminibatches:
@@ -182,7 +184,7 @@ class Args(RunArgs):
         self.finalize_run("policy", **{"the minibatch size": self.minibatch_size})
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
-            check_task_inputs(self.task, self.base_model)
+            check_task_inputs(self.task, self.base_model, self.rewards.train_new_model.labels.source)
             path = self.rewards.trained_model
             if path is None:
                 reward_run_args(self, check_inputs)  # the reward run this one starts, checked now, not after loading

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.hf_queries import print_first_query
@@ -93,6 +93,7 @@ class Args(RunArgs, RewardTrainHParams):
         check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
         check_at_least("--eval-labels", self.eval_labels, 0, "held-out labels (0: off)")
         check_task(self.task)
+        check_positive("--lr", self.lr, "the initial learning rate")
         # OAI lm_human_preferences/train_reward.py: HParams.validate -> exact_div(num_train, batch_size)
         if self.labels.num_train % self.batch_size:
             raise UserError(f"labels.num_train ({self.labels.num_train}) must be divisible by batch_size "
@@ -110,8 +111,9 @@ class Args(RunArgs, RewardTrainHParams):
         self.finalize_run("reward", batch_size=self.batch_size)
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
-            check_label_source(self.labels.source)
-            check_task_inputs(self.task, self.base_model)
+            check_task_inputs(self.task, self.base_model, self.labels.source)
+            check_label_source(self.labels.source, n=self.label_n, query_length=self.task.query_length,
+                               response_length=self.task.response_length, num_train=self.labels.num_train)
         return self
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -45,21 +46,45 @@ def _raise_interrupted(signum: int, frame) -> None:
 
 
 def run_main(main: Callable[[], object]) -> None:
-    """Call ``main``; a UserError, Ctrl-C or SIGTERM ends the process with one line and a non-zero exit."""
+    """Call ``main``; a UserError, Ctrl-C or SIGTERM ends the process with one line and a non-zero exit.
+
+    Under torchrun every process meets the same bad input (and the same Ctrl-C), so the line comes from process 0 only
+    (say_once).
+    """
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         main()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
-    except (KeyboardInterrupt, Interrupted) as e:
+    except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""
-        print(f"error: interrupted by {signal.Signals(signum).name}{what}; nothing half-written is kept (a run keeps "
-              "its last checkpoint: continue with --resume)", file=sys.stderr)
+        if os.environ.get("RANK", "0") in ("", "0"):
+            print(f"error: interrupted by {signal.Signals(signum).name}{what}; nothing half-written is kept (a run keeps "
+                  "its last checkpoint: continue with --resume)", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+OTHER_RANKS_WAIT_S = 10.0  # how long processes 1..n-1 of a torchrun job wait for process 0 before they speak
+
+
+def say_once(line: str) -> None:
+    """Print a torchrun job's error ``line`` once, from process 0 (RANK), or from the only process.
+
+    torchrun stops every process as soon as one fails. The other processes first wait OTHER_RANKS_WAIT_S for process 0
+    to fail (torchrun then stops them); one still running after that met an error of its own and says it.
+    """
+    rank = os.environ.get("RANK", "0")
+    if rank not in ("", "0"):
+        try:
+            time.sleep(OTHER_RANKS_WAIT_S)
+        except (KeyboardInterrupt, Interrupted):  # torchrun stopping this process once process 0 has failed
+            sys.exit(1)
+        line = f"{line} (process {rank})"
+    print(line, file=sys.stderr, flush=True)
 
 
 def pick_device(name: str, tf32: bool = True) -> torch.device:
@@ -81,7 +106,15 @@ def check_at_least(flag: str, value: float, minimum: float, what: str) -> None:
 def check_positive(flag: str, value: float, what: str) -> None:
     """A one-line UserError naming ``flag`` unless ``value`` is a finite number > 0."""
     if not (math.isfinite(value) and value > 0):
-        raise UserError(f"{flag} is {value}, but it is {what} and must be > 0; pass a positive {flag}")
+        raise UserError(f"{flag} is {value}, but it is {what} and must be a finite number > 0; pass a positive {flag}")
+
+
+def check_in_range(flag: str, value: float, low: float, high: float, what: str, low_open: bool = False) -> None:
+    """A one-line UserError naming ``flag`` unless ``low`` <= ``value`` <= ``high`` (``low`` < ``value`` if
+    ``low_open``)."""
+    if not ((value > low if low_open else value >= low) and value <= high):  # also catches NaN
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise UserError(f"{flag} is {value}, but it is {what} and must lie in {interval}; pass {flag} in {interval}")
 
 
 def visible_devices() -> str:
@@ -177,9 +210,12 @@ class RunArgs:
     """processes the emulated ranks ran on (torchrun's WORLD_SIZE), recorded in config.json"""
 
     def finalize_run(self, kind: str, **sizes: int) -> None:
-        """The checks and defaults both scripts share: --micro-batch-size divides each named size; the device; the run
-        directory, writable. Run before anything loads, so a bad option ends in one line at once."""
+        """The checks and defaults both scripts share: --micro-batch-size divides each named size; every rank's seed;
+        the device; the run directory, writable. Run before anything loads, so a bad option ends in one line at once."""
+        from lm_human_preference_details.ranks import check_seed  # ranks.py imports this module
+
         check_at_least("--micro-batch-size", self.micro_batch_size, 0, "episodes per forward pass (0: all)")
+        check_seed(self.seed, self.num_ranks)
         for name, n in sizes.items():
             if self.micro_batch_size and n % self.micro_batch_size:
                 raise UserError(f"--micro-batch-size ({self.micro_batch_size}) must divide {name} ({n}); "

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.downloads import is_downloaded, is_url
+from lm_human_preference_details.downloads import cache_path_of, is_downloaded, is_url
 from lm_human_preference_details.tokenizer import N_VOCAB
 
 OAI_PAD = 50259  # OAI lm_human_preferences/language/encodings.py: padding_token = len(encoder) + 2
@@ -26,15 +26,30 @@ def read_records(path: str | Path) -> list:
     return _read_records(path, path.stat().st_mtime_ns if path.is_file() else None)
 
 
-def check_label_source(source: str) -> None:
-    """--labels.source is a URL, or an existing label file (not a directory): checked before anything loads."""
-    if is_url(source):
+def check_label_source(source: str, *, n: int, query_length: int, response_length: int, num_train: int) -> None:
+    """--labels.source is a URL, or an existing label file (not a directory); its records, read as the run will read
+    them (best_of_N, query and response lengths, at least num_train labels), checked before anything is written.
+    A URL's file is checked here when the cache holds it already, else as it is loaded."""
+    path = local_label_file(source, "--labels.source")
+    if path is None:
         return
+    labels = load_best_of_n_labels(path, n=n, query_length=query_length, response_length=response_length, pad_id=OAI_PAD)
+    if len(labels["best"]) < num_train:
+        raise UserError(f"label file {path} holds {len(labels['best'])} labels but --labels.num-train is {num_train}; "
+                        "lower --labels.num-train")
+
+
+def local_label_file(source: str, flag: str) -> Path | None:
+    """The label file ``source`` names on disk: the path itself, or a URL's copy in the cache (None if not there yet)."""
+    if is_url(source):
+        path = cache_path_of(source)
+        return path if path.is_file() else None
     path = Path(source).expanduser()
     if path.is_dir():
-        raise UserError(f"--labels.source {source} is a directory; pass the label file (JSON) itself")
+        raise UserError(f"{flag} {source} is a directory; pass the label file (JSON) itself")
     if not path.is_file():
-        raise UserError(f"--labels.source {source} does not exist; pass an existing label file or an http(s) URL")
+        raise UserError(f"{flag} {source} does not exist; pass an existing label file or an http(s) URL")
+    return path
 
 
 @functools.lru_cache(maxsize=4)
@@ -68,6 +83,10 @@ def record_tokens(path: Path, i: int, record: object, key: str, length: int, pad
     if not all(isinstance(t, int) and (0 <= t < N_VOCAB or t == OAI_PAD) for t in value):
         raise UserError(f"label file {path}, record {i}: field '{key}' holds a token outside 0..{N_VOCAB - 1} "
                         f"and pad {OAI_PAD}")
+    if key == "query" and value and value[0] == OAI_PAD:
+        # OAI lm_human_preferences/language/model.py: the model asserts a sequence's first token is real
+        raise UserError(f"label file {path}, record {i}: field 'query' starts with the pad {OAI_PAD}; a query's first "
+                        "token must be real (the original's model asserts it): fix the record or drop it")
     # OAI pad 50259 -> our pad; 50259 never reaches a model (FIDELITY A2)
     return [pad_id if t == OAI_PAD else t for t in value]
 

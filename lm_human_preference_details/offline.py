@@ -38,6 +38,7 @@ from lm_human_preference_details.lm_head import response_logprobs
 from lm_human_preference_details.model import Policy, disable_dropout
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import QuerySampler, format_queries
+from lm_human_preference_details.query_datasets import QUERY_DATASETS
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
 from lm_human_preference_details.tokenizer import N_VOCAB, gpt2_tokenizer
 
@@ -216,13 +217,20 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
     return out
 
 
+def heldout_queries(tokenizer, task, n: int, seed: int) -> torch.Tensor:
+    """[n, query_length] queries from the held-out passages (queries_test.txt), processed as the run's text queries;
+    for a run on the label file's queries (oai-label-queries), as make_labels cut those from the same corpus."""
+    texts = task.query_dataset not in QUERY_DATASETS
+    sampler = QuerySampler(tokenizer, dataset=str(offline_dir() / "queries_test.txt"), query_length=task.query_length,
+                           start_text=task.start_text if texts else ".", end_text=task.end_text if texts else ".",
+                           batch_size=n, seed=seed)
+    return next(sampler)
+
+
 @torch.no_grad()
 def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, seed: int = 12345) -> dict[str, float]:
     """Gold and reward-model scores of the initial and the trained policy on held-out queries, and the KL."""
-    sampler = QuerySampler(tokenizer, dataset=str(Path(task.query_dataset).with_name("queries_test.txt")),
-                           query_length=task.query_length, start_text=task.start_text, end_text=task.end_text,
-                           batch_size=n, seed=seed)
-    queries = next(sampler).to(policy.head.weight.device)
+    queries = heldout_queries(tokenizer, task, n, seed).to(policy.head.weight.device)
     contexts = format_queries(queries, [], [])
     out = {}
     for name, model in (("initial", ref_policy), ("trained", policy)):

@@ -9,6 +9,7 @@ name carries its processing defaults (`dataset_start_end`). queries.py turns the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -23,7 +24,7 @@ from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.hf_queries import HF_SOURCES, parquet_files
-from lm_human_preference_details.labels import read_records, record_tokens
+from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
 
 DATASETS = ("books-2019", "tldr-2019", "cnndm", "oai-label-queries")  # the 2019 sources, read by this module
 QUERY_DATASETS = (*HF_SOURCES, *DATASETS)  # every name --task.query-dataset takes (besides a local file)
@@ -148,16 +149,55 @@ def cnndm_texts(mode: str, seed: int = 0, stories_dir: str | os.PathLike | None 
         yield clean_cnndm(path.read_text(encoding="utf-8"))
 
 
-def read_local_texts(path: str | os.PathLike) -> list[str]:
-    """Texts of a local .jsonl (a JSON string or {"text": ...} per line) or .txt (passages split by blank lines)."""
-    path = Path(path)
+def check_query_dataset(dataset: str, *, query_length: int, labels_source: str | None, column: str = "text") -> None:
+    """--task.query-dataset read as the run will read it, before anything is written: one of QUERY_DATASETS, or a local
+    .jsonl/.txt file of texts, or a .parquet file with a ``column``; for oai-label-queries, the label file's queries
+    (when it is on disk: a local file, or a URL's copy in the cache)."""
+    if dataset == "oai-label-queries":
+        path = local_label_file(labels_source, "--labels.source") if labels_source else None
+        if path is not None:
+            list(label_queries(str(path), query_length=query_length, pad_id=OAI_PAD))
+        return
+    if dataset in QUERY_DATASETS:
+        return
+    path = Path(dataset).expanduser()
+    if (path.is_dir() or path.suffix == ".zip") and is_hf_source(dataset):
+        return  # a folder of parquet files or tldr-17's corpus archive: hf_queries checks its files when it finds them
     if not path.is_file():
+        raise UserError(f"--task.query-dataset {dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
+                        "existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception as e:  # pyarrow's errors for a file that is not parquet: ArrowInvalid, OSError
+            raise UserError(f"--task.query-dataset {dataset} cannot be read as parquet ({type(e).__name__}: "
+                            f"{str(e)[:200]}); pass a parquet file with a {column!r} column") from None
+        if column not in names:
+            raise UserError(f"--task.query-dataset {dataset} has no column {column!r} (columns: {', '.join(names)}); "
+                            f"pass a parquet file with a {column!r} column")
+    elif not read_local_texts(path):
+        raise UserError(f"--task.query-dataset {dataset} holds no texts; pass a file with at least one")
+
+
+def read_local_texts(path: str | os.PathLike) -> list[str]:
+    """Texts of a local .jsonl (a JSON string or {"text": ...} per line) or .txt (passages split by blank lines), read
+    from disk once per process (check_query_dataset reads them before the run)."""
+    path = Path(path)
+    stat = path.stat() if path.is_file() else None
+    return _read_local_texts(path, stat and (stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_local_texts(path: Path, version: tuple[int, int] | None) -> list[str]:
+    if version is None:
         raise UserError(f"query dataset {path} does not exist; pass one of {', '.join(QUERY_DATASETS)} "
                         "or an existing .jsonl/.txt/.parquet file")
     if path.suffix == ".txt":
         return [p.strip() for p in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")) if p.strip()]
     if path.suffix != ".jsonl":
-        raise UserError(f"query dataset {path}: unknown file type '{path.suffix}'; use .jsonl or .txt")
+        raise UserError(f"query dataset {path}: unknown file type '{path.suffix}'; use .jsonl, .txt or .parquet")
     texts = []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):

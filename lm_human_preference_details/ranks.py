@@ -49,6 +49,18 @@ def seed_globals(seed: int) -> None:
     np.random.seed(rank_seed(seed, 0))
 
 
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's generators take
+
+
+def check_seed(seed: int, num_ranks: int, flag: str = "--seed") -> None:
+    """Every emulated rank's seed (rank_seed) fits numpy's generators, else one line naming ``flag``."""
+    low, high = SEED_RANGE
+    top = high - (num_ranks - 1) * SEED_STRIDE
+    if not low <= seed <= top:
+        raise UserError(f"{flag} is {seed}, but rank r seeds its generators with {flag} + r * {SEED_STRIDE}, which numpy "
+                        f"takes in [{low}, {high}]; pass {flag} in [{low}, {top}] for {num_ranks} ranks")
+
+
 def held_ranks(num_ranks: int, world_size: int, process: int) -> range:
     """The emulated ranks process ``process`` of ``world_size`` holds: a block of num_ranks / world_size."""
     if num_ranks % world_size:

@@ -24,11 +24,20 @@ import tyro
 
 from lm_human_preference_details.cli import UserError, pick_device, run_main
 from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir
-from lm_human_preference_details.oai_checkpoints import resolve_policy, resolve_reward_model
+from lm_human_preference_details.model import (
+    Policy,
+    RewardModel,
+    base_model_config,
+    check_model_files,
+    is_local_model,
+    load_lm,
+    load_model_dir,
+)
+from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_policy, resolve_reward_model
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.query_datasets import is_hf_source
+from lm_human_preference_details.ranks import check_seed
 from lm_human_preference_details.tasks import TaskHParams, get_task, parse_args
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.tracking import Tracker
@@ -74,12 +83,17 @@ class Args:
         if self.num_queries < 1 or self.samples_per_query < 1:
             raise UserError(f"--num-queries ({self.num_queries}) and --samples-per-query ({self.samples_per_query}) "
                             "must be positive")
+        check_seed(self.seed, 1)
         if self.query_mode not in ("train", "test", "auto"):
             raise UserError(f"--query-mode must be train, test or auto, got {self.query_mode!r}")
         if self.query_mode == "auto":
             self.query_mode = "train" if is_hf_source(self.task.query_dataset) else "test"
-        if self.policy is None:
+        default = self.policy is None
+        if default:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"
+        check_policy_path("--policy", self.policy, self.task_name if default else None)
+        if self.compare not in (None, INITIAL):
+            check_policy_path("--compare", self.compare, None)
         if self.output_dir is None:
             self.output_dir = f"runs/sample_{self.task_name}_seed{self.seed}"
         heldout = get_task(self.task_name).heldout_query_dataset
@@ -88,6 +102,35 @@ class Args:
             self.task = dataclasses.replace(self.task, query_dataset=heldout)
         self.task = self.task.resolved()
         return self
+
+
+def check_policy_path(flag: str, source: str, default_of: str | None) -> None:
+    """A policy path that exists, and not a run directory or its training checkpoints (which hold no model one can
+    sample): each one line naming the policy to pass. ``default_of``: the task whose default path ``source`` is."""
+    path = Path(source).expanduser()
+    if source.startswith("oai:") or is_tf_checkpoint(path):
+        return  # OpenAI's runs: converted (and checked) as they load
+    if not is_local_model(source):
+        base_model_config(source, flag)  # a hub model: cached, or the hub reachable
+        return
+    if not path.exists():
+        how = (f" (the default of --task {default_of}): train one with `python train_policy.py --task {default_of}` or "
+               if default_of else "; ")
+        raise UserError(f"{flag} {source} does not exist{how}pass {flag} RUN/policy (saved by train_policy.py), "
+                        "oai:NAME or a Hugging Face model name")
+    checkpoint, checkpoints = (path / "state.pt").is_file(), path.name == "checkpoints" and path.is_dir()
+    run = path.parent.parent if checkpoint else path.parent if checkpoints else path
+    what = (f"a training checkpoint of the run {run}" if checkpoint else f"the training checkpoints of the run {run}"
+            if checkpoints else "a run directory")
+    if (run / "policy").is_dir():
+        raise UserError(f"{flag} {source} is {what}, not a saved policy; pass {flag} {run / 'policy'}")
+    if (run / "reward_model").is_dir():
+        raise UserError(f"{flag} {source} is a reward model run (train_reward.py), not a policy; pass {flag} RUN/policy of "
+                        f"a train_policy.py run (--reward-model {run / 'reward_model'} scores samples)")
+    if checkpoint or checkpoints:
+        raise UserError(f"{flag} {source} is {what}, which has saved no policy yet (train_policy.py writes "
+                        f"{run / 'policy'} at its first save); pass {flag} RUN/policy of a saved run")
+    check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
 
 
 def build_args(task_name: str) -> Args:

@@ -8,11 +8,15 @@ so the core never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
+import math
+import os
+import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import tyro
@@ -75,25 +79,33 @@ def check_task(task: TaskHParams) -> None:
     check_at_least("--task.response-length", task.response_length, 1, "tokens per response")
     check_positive("--task.temperature", task.temperature, "the sampling temperature (logits are divided by it)")
     check_at_least("--task.truncate-after", task.truncate_after, 0, "a response index")
+    if task.truncate_token is not None:
+        check_at_least("--task.truncate-token", task.truncate_token, 0, "a token id")
+    if not math.isfinite(task.penalty_reward_value):
+        raise UserError(f"--task.penalty-reward-value is {task.penalty_reward_value}; pass a finite score (launch.py: -1)")
     if task.truncate_token is not None and task.truncate_after >= task.response_length:
         raise UserError(f"--task.truncate-after ({task.truncate_after}) must be below --task.response-length "
                         f"({task.response_length}), else every response is rejected; lower --task.truncate-after")
 
 
-def check_task_inputs(task: TaskHParams, base_model: str) -> None:
-    """What the task's flags name on disk or on the hub, read without loading a model: the query file, the base model
-    (its files, or its hub config) and room in its context for prefix + query + suffix + response."""
+def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | None = None) -> None:
+    """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
+    texts; for oai-label-queries, ``labels_source``'s queries), the base model (its files, or its hub config), a
+    truncate token in its vocabulary and room in its context for prefix + query + suffix + response."""
     from lm_human_preference_details.hf_queries import check_query_column
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import QUERY_DATASETS, is_hf_source
+    from lm_human_preference_details.query_datasets import check_query_dataset, is_hf_source
 
-    path = Path(task.query_dataset).expanduser()
-    if task.query_dataset not in QUERY_DATASETS and not path.is_file() and not path.is_dir():
-        raise UserError(f"--task.query-dataset {task.query_dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
-                        "existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
+    check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
+                        column=task.query_column)
     if is_hf_source(task.query_dataset):
         check_query_column(task.query_dataset, task.query_column)
-    n_positions = context_length(base_model_config(base_model))
+    config = base_model_config(base_model)
+    n_vocab = config.get("vocab_size")
+    if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
+        raise UserError(f"--task.truncate-token is {task.truncate_token}, but --base-model {base_model} has {n_vocab} "
+                        f"tokens, so no response would ever hold it; pass a token id below {n_vocab} (13 is '.') or None")
+    n_positions = context_length(config)
     # byte-level BPE: a text never takes more tokens than it has bytes
     extra = len(task.query_prefix.encode()) + len(task.query_suffix.encode())
     needed = task.query_length + task.response_length + extra
@@ -204,7 +216,9 @@ def parse_args(build: Callable[[str], T], description: str, argv: list[str] | No
     name = "sentiment"
     for i, a in enumerate(argv):
         if a == "--task" or a.startswith("--task="):
-            value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            if a == "--task" and i + 1 == len(argv):
+                raise UserError(f"--task is missing its value; pass one of {', '.join(TASK_NAMES)}")
+            value = a.split("=", 1)[1] if "=" in a else argv[i + 1]
             del argv[i : i + (1 if "=" in a else 2)]
             name = value
             break
@@ -212,5 +226,81 @@ def parse_args(build: Callable[[str], T], description: str, argv: list[str] | No
     default = build(name)
     description = (f"{description}\n\n--task {{{','.join(TASK_NAMES)}}} picks a preset (default sentiment); "
                    "every field below overrides it.")
-    args = tyro.cli(type(default), default=default, args=argv, description=description)
+    args = tyro_cli(default, argv, description)
     return dataclasses.replace(args, task_name=name) if hasattr(args, "task_name") else args
+
+
+def tyro_cli(default: T, argv: list[str], description: str) -> T:
+    """tyro.cli on ``argv``; a parse error (an unknown flag, a value of the wrong type, a missing value) becomes one
+    UserError line naming the flag instead of tyro's box. --help prints as tyro prints it."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            args = tyro.cli(type(default), default=default, args=argv, description=description)
+    except SystemExit as e:
+        if e.code in (0, None):  # --help, on stdout
+            sys.stderr.write(captured.getvalue())
+            raise
+        raise UserError(parse_error_line(wide_parse_error(default, argv, description), argv)) from None
+    sys.stderr.write(captured.getvalue())  # tyro's warnings, if any
+    return args
+
+
+def wide_parse_error(default: object, argv: list[str], description: str) -> str:
+    """tyro's parse error for ``argv`` as it prints it, its box drawn wide enough that no line wraps (rich takes the
+    width from $COLUMNS): parsed again, since parsing is cheap and the help must keep the terminal's width."""
+    out, columns = io.StringIO(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100000"
+    try:
+        with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+            tyro.cli(type(default), default=default, args=argv, description=description)
+    except SystemExit:
+        pass
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+    return out.getvalue()
+
+
+def parse_error_line(box: str, argv: list[str]) -> str:
+    """tyro's boxed parse error -> one line: its message, the flags it suggests, and where --help is."""
+    sections, current = [], []
+    for line in box.splitlines():
+        text = line.strip().strip("│╭╮╰╯").strip()
+        if text and set(text) <= set("-─━═╌"):  # a rule between sections
+            sections.append(current)
+            current = []
+        elif text:
+            current.append(text)
+    sections.append(current)
+    sections = [s for s in sections if s]
+    message = " ".join(sections[1] if len(sections) > 1 else sections[0] if sections else ["cannot parse the command line"])
+    unknown = re.match(r"Unrecognized options: (.*)", message)
+    if unknown:
+        tokens = unknown.group(1).split(", ")
+        message = f"unrecognized options: {', '.join(name_unknown(t, argv, tokens) for t in tokens)}"
+    message = re.sub(r"^Error parsing (\S+): no type matching (\S+) could be instantiated from \[(.*?)\]\..*",
+                     r"cannot parse \1: expected \2, got \3", message)
+    message = re.sub(r"^Error parsing (\S+): ", r"cannot parse \1: ", message)
+    message = re.sub(r"^Missing value for argument '(\S+)'\. Expected (\d+) values?\.", r"\1 is missing its value",
+                     message)
+    hints = []
+    for section in sections[2:]:
+        if section[0].startswith("Perhaps you meant"):
+            hints = [line.split()[0] for line in section[1:] if line.startswith("-")]
+    help_line = next((line for s in sections for line in s if line.startswith("For full helptext")), "")
+    where = re.search(r"(?:run|see) (.*--help)", help_line)
+    return (message + (f"; perhaps you meant {' or '.join(hints)}" if hints else "")
+            + (f"; run {where.group(1)} for every flag" if where else ""))
+
+
+def name_unknown(token: str, argv: list[str], unknown: list[str]) -> str:
+    """An unrecognized token of ``argv``, with the flag it was given to when that flag takes no value (--track yes)."""
+    for i, a in enumerate(argv):
+        if a.startswith("--") and a.endswith(f"={token}"):
+            return f"{a} ({a.split('=')[0]} takes no value)"
+        if a == token and i > 0 and argv[i - 1].startswith("--") and argv[i - 1] not in unknown and token[0] != "-":
+            return f"{token} (after {argv[i - 1]}, which takes no value)"
+    return token

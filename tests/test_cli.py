@@ -18,7 +18,7 @@ def test_check_at_least_names_the_flag_and_the_fix():
 def test_check_positive_rejects_zero_negative_and_not_finite():
     check_positive("--task.temperature", 0.7, "the temperature")
     for bad in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(UserError, match="--task.temperature .* must be > 0"):
+        with pytest.raises(UserError, match="--task.temperature .* must be a finite number > 0"):
             check_positive("--task.temperature", bad, "the temperature")
 
 

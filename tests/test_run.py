@@ -277,16 +277,17 @@ def fake_run_dir(path: Path, kind: str) -> Path:
 
 def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
     """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was."""
-    tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 16, "--task.response-length", 8,
+    tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 64, "--task.response-length", 24,
             "--task.truncate-after", 4, "--device", "cpu"]
-    reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", *tiny]
+    reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 64,
+              "--batch-size", 16, *tiny]
     from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
     from lm_human_preference_details.tokenizer import load_tokenizer
 
     policy_run, reward_run = fake_run_dir(tmp_path / "policy_run", "policy"), fake_run_dir(tmp_path / "reward_run", "reward")
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))  # a reward model the policy script accepts
     save_model_dir(reward_run / "reward_model", RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id),
-                   tokenizer, {"task": {"query_length": 16, "response_length": 8}})
+                   tokenizer, {"task": {"query_length": 64, "response_length": 24}})
     user = tmp_path / "user"
     user.mkdir()
     (user / "config.json").write_text('{"the user": "config"}')
