@@ -1,9 +1,19 @@
 """The shared run options' checks (cli.py): numbers, the device, the output directory; each a one-line UserError."""
 
+import re
+
 import pytest
 import torch
 
-from lm_human_preference_details.cli import UserError, check_at_least, check_device, check_output_dir, check_positive
+from lm_human_preference_details.cli import (
+    UserError,
+    check_at_least,
+    check_device,
+    check_output_dir,
+    check_positive,
+    gpu_has_kernels,
+    pick_device,
+)
 
 
 def test_check_at_least_names_the_flag_and_the_fix():
@@ -47,3 +57,68 @@ def test_check_output_dir_writes_nothing(tmp_path):
         check_output_dir(str(tmp_path / "f" / "a" / "run"))
     with pytest.raises(UserError, match="cannot be written"):
         check_output_dir("/proc/lmhp-run")
+
+
+def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None, arch_list=("sm_75", "sm_80", "sm_86",
+                                                                                          "sm_90", "sm_100", "sm_120",
+                                                                                          "compute_120")):
+    """torch as a CUDA build (``cuda_build``) or a CPU one, seeing one GPU of compute capability ``gpu`` or none."""
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(gpu is not None))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100" if gpu == (7, 0) else "NVIDIA H100")
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch_list))
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)  # restored
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    monkeypatch.delenv("RANK", raising=False)
+
+
+@pytest.mark.parametrize("cuda_build, gpu, device, warning", [
+    (None, None, "cpu", None),  # the CPU wheel: the CPU, said, no warning
+    ("13.0", None, "cpu", r"^warning: torch .* is a CUDA 13.0 build but finds no usable GPU, so this run trains on the "
+                          r"CPU: .*driver >= 580.*--gpus all.*pass --device cpu to silence this$"),
+    ("13.0", (7, 0), "cpu", r"^warning: torch .* \(CUDA 13.0\) has no kernels for Tesla V100 \(compute capability 7.0; "
+                            r"built for sm_75 .*\), so this run trains on the CPU"),
+    ("13.0", (9, 0), "cuda", None),
+])
+def test_device_auto_says_what_it_chose_and_warns_on_a_cuda_build_without_a_gpu(monkeypatch, capsys, cuda_build, gpu,
+                                                                                  device, warning):
+    fake_torch(monkeypatch, cuda_build, gpu)
+    torch.backends.cuda.matmul.allow_tf32 = False  # restored by fake_torch's monkeypatch
+    assert pick_device("auto", tf32=True).type == device
+    err = capsys.readouterr().err.splitlines()
+    chosen = "cuda (NVIDIA H100)" if device == "cuda" else "cpu"
+    assert err[0].startswith(f"--device auto: {chosen}; torch ") and "sees: cpu" in err[0]
+    if warning is None:
+        assert len(err) == 1
+    else:
+        assert len(err) == 2 and re.match(warning, err[1]), err
+    assert torch.backends.cuda.matmul.allow_tf32 is (device == "cuda")  # TF32 is set up for a GPU only
+
+
+def test_device_auto_is_said_once_under_torchrun(monkeypatch, capsys):
+    fake_torch(monkeypatch, "13.0", None)
+    monkeypatch.setenv("RANK", "1")
+    assert pick_device("auto").type == "cpu" and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    pick_device("auto")
+    assert len(capsys.readouterr().err.splitlines()) == 2
+
+
+def test_an_explicit_device_is_taken_as_given(monkeypatch, capsys):
+    fake_torch(monkeypatch, "13.0", None)
+    assert pick_device("cpu").type == "cpu" and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("capability, arch_list, ok", [
+    ((9, 0), ["sm_80", "sm_90"], True),
+    ((8, 9), ["sm_80", "sm_86"], True),  # a cubin runs on a later minor of its major
+    ((8, 6), ["sm_89"], False),  # ... not on an earlier one
+    ((9, 0), ["sm_80", "sm_86"], False),  # nor on another major
+    ((12, 1), ["sm_100", "compute_120"], True),  # PTX is compiled for a later GPU by the driver
+    ((7, 0), ["sm_75", "sm_80", "compute_120"], False),  # a V100 under a CUDA 13 build
+    ((6, 0), [], False),
+])
+def test_gpu_has_kernels(capability, arch_list, ok):
+    assert gpu_has_kernels(capability, arch_list) is ok
