@@ -19,10 +19,10 @@ LOG_INTERVAL = 60.0  # seconds between two lines of a bar of unknown total in a 
 
 
 class _Lines:
-    """A file for tqdm that turns each redraw ('\\r' + the bar) into one whole line; blank clears are dropped."""
+    """A file for tqdm that turns each redraw ('\\r' + the bar) into one whole line; blank clears and repeats are dropped."""
 
     def __init__(self, stream):
-        self.stream = stream
+        self.stream, self.last = stream, None
 
     @property
     def encoding(self):
@@ -30,8 +30,10 @@ class _Lines:
 
     def write(self, text: str) -> None:
         line = text.replace("\r", "").rstrip()
-        if line:
+        count = line.rsplit(" [", 1)[0]  # without the times and rate: tqdm redraws the final count on close
+        if line and count != self.last:
             self.stream.write(line + "\n")
+            self.last = count
 
     def flush(self) -> None:
         self.stream.flush()
@@ -52,6 +54,7 @@ def progress(iterable: Optional[Iterable] = None, total: Optional[float] = None,
             kwargs.setdefault("mininterval", 0)
         else:
             kwargs.setdefault("mininterval", LOG_INTERVAL)
+        kwargs.setdefault("maxinterval", math.inf)  # else tqdm's monitor drops miniters to 1 after a 10 s step
         kwargs.setdefault("ncols", 100)
         stream = _Lines(stream)
     return tqdm(iterable, total=total, desc=desc, file=stream, **kwargs)

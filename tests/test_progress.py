@@ -23,6 +23,7 @@ def test_in_a_log_file_a_bar_is_whole_lines_and_prints_get_their_own():
     assert all(line.startswith("labels:") for line in bars)
     assert 10 <= len(bars) <= 22  # one line per 5% (10 items), the first and the last
     assert "200/200" in bars[-1] and "0/200" in bars[0]
+    assert sum("200/200" in line for line in bars) == 1  # the final count once
 
 
 def test_on_a_terminal_the_bar_is_redrawn_in_place():
