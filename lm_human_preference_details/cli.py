@@ -67,13 +67,13 @@ def auto_device() -> tuple[torch.device, Optional[str]]:
 
 
 def pick_device(name: str, tf32: bool = True) -> torch.device:
-    """'auto' -> cuda if usable else cpu, said in one line (a warning when a CUDA build of torch finds no usable GPU);
-    on CUDA, TF32 matmuls unless ``tf32`` is False."""
+    """'auto' -> cuda if usable else cpu, said in one line on stdout (and a warning on stderr when a CUDA build of torch
+    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
     if name == "auto":
         device, warning = auto_device()
         if os.environ.get("RANK", "0") == "0":  # once per run under torchrun: every rank picks the same
             where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
-            print(f"--device auto: {where}; {visible_devices()}", file=sys.stderr)
+            print(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only
             if warning:
                 print(f"warning: {warning}", file=sys.stderr)
     else:

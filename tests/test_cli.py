@@ -87,28 +87,29 @@ def test_device_auto_says_what_it_chose_and_warns_on_a_cuda_build_without_a_gpu(
     fake_torch(monkeypatch, cuda_build, gpu)
     torch.backends.cuda.matmul.allow_tf32 = False  # restored by fake_torch's monkeypatch
     assert pick_device("auto", tf32=True).type == device
-    err = capsys.readouterr().err.splitlines()
+    out, err = capsys.readouterr()
     chosen = "cuda (NVIDIA H100)" if device == "cuda" else "cpu"
-    assert err[0].startswith(f"--device auto: {chosen}; torch ") and "sees: cpu" in err[0]
+    assert len(out.splitlines()) == 1 and out.startswith(f"--device auto: {chosen}; torch ") and "sees: cpu" in out
     if warning is None:
-        assert len(err) == 1
+        assert err == ""
     else:
-        assert len(err) == 2 and re.match(warning, err[1]), err
+        assert len(err.splitlines()) == 1 and re.match(warning, err), err  # one line, on stderr
     assert torch.backends.cuda.matmul.allow_tf32 is (device == "cuda")  # TF32 is set up for a GPU only
 
 
 def test_device_auto_is_said_once_under_torchrun(monkeypatch, capsys):
     fake_torch(monkeypatch, "13.0", None)
     monkeypatch.setenv("RANK", "1")
-    assert pick_device("auto").type == "cpu" and capsys.readouterr().err == ""
+    assert pick_device("auto").type == "cpu" and capsys.readouterr() == ("", "")
     monkeypatch.setenv("RANK", "0")
     pick_device("auto")
-    assert len(capsys.readouterr().err.splitlines()) == 2
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and len(err.splitlines()) == 1
 
 
 def test_an_explicit_device_is_taken_as_given(monkeypatch, capsys):
     fake_torch(monkeypatch, "13.0", None)
-    assert pick_device("cpu").type == "cpu" and capsys.readouterr().err == ""
+    assert pick_device("cpu").type == "cpu" and capsys.readouterr() == ("", "")
 
 
 @pytest.mark.parametrize("capability, arch_list, ok", [
