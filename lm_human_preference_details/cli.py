@@ -66,6 +66,16 @@ def auto_device() -> tuple[torch.device, Optional[str]]:
     return torch.device("cuda"), None
 
 
+_said: set[str] = set()  # the device lines this process printed: a policy run trains its reward model in-process
+
+
+def say_once(text: str, file=None) -> None:
+    """Print ``text`` unless this process printed it already."""
+    if text not in _said:
+        _said.add(text)
+        print(text, file=file)
+
+
 def pick_device(name: str, tf32: bool = True) -> torch.device:
     """'auto' -> cuda if usable else cpu, said in one line on stdout (and a warning on stderr when a CUDA build of torch
     finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
@@ -73,9 +83,9 @@ def pick_device(name: str, tf32: bool = True) -> torch.device:
         device, warning = auto_device()
         if os.environ.get("RANK", "0") == "0":  # once per run under torchrun: every rank picks the same
             where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
-            print(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only
+            say_once(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only
             if warning:
-                print(f"warning: {warning}", file=sys.stderr)
+                say_once(f"warning: {warning}", file=sys.stderr)
     else:
         device = torch.device(name)
     if device.type == "cuda":

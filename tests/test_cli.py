@@ -5,6 +5,7 @@ import re
 import pytest
 import torch
 
+from lm_human_preference_details import cli
 from lm_human_preference_details.cli import (
     UserError,
     check_at_least,
@@ -72,6 +73,7 @@ def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None,
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)  # restored
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(cli, "_said", set())  # nothing said yet in this process
 
 
 @pytest.mark.parametrize("cuda_build, gpu, device, warning", [
@@ -97,12 +99,13 @@ def test_device_auto_says_what_it_chose_and_warns_on_a_cuda_build_without_a_gpu(
     assert torch.backends.cuda.matmul.allow_tf32 is (device == "cuda")  # TF32 is set up for a GPU only
 
 
-def test_device_auto_is_said_once_under_torchrun(monkeypatch, capsys):
+def test_device_auto_is_said_once_per_run(monkeypatch, capsys):
     fake_torch(monkeypatch, "13.0", None)
-    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("RANK", "1")  # under torchrun, rank 0 says it
     assert pick_device("auto").type == "cpu" and capsys.readouterr() == ("", "")
     monkeypatch.setenv("RANK", "0")
     pick_device("auto")
+    pick_device("auto")  # a policy run that trains its reward model picks again, in the same process
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and len(err.splitlines()) == 1
 
