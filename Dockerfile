@@ -11,8 +11,9 @@
 FROM python:3.11-slim
 WORKDIR /workspace/lm-human-preference-details
 ENV PYTHONUNBUFFERED=1 HF_HOME=/workspace/cache/hf LMHP_CACHE=/workspace/cache/lmhp
-# a C compiler: torch.compile (--compile) builds Triton's launcher with one, and the slim image has none; tini: an init
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev tini && rm -rf /var/lib/apt/lists/*
+# a C and C++ compiler, which the slim image lacks: torch.compile (--compile) builds Triton's launcher (GPU) and
+# Inductor's C++ kernels (CPU) with them; tini: an init
+RUN apt-get update && apt-get install -y --no-install-recommends g++ libc6-dev tini && rm -rf /var/lib/apt/lists/*
 COPY constraints.txt ./
 RUN pip install --no-cache-dir -c constraints.txt torch==2.13.0
 COPY pyproject.toml README.md ./
