@@ -1,10 +1,11 @@
 # A CUDA GPU box image that installs the locked versions (constraints.txt) and runs either script (docs/docker.md):
 #   docker build -t lmhp .
-#   docker run --gpus all --rm -v lmhp-cache:/workspace/cache -v lmhp-runs:/workspace/lm-human-preference-details/runs \
-#     -e WANDB_API_KEY lmhp python train_policy.py --task sentiment --track
+#   docker run --gpus all --rm --stop-timeout 120 -v lmhp-cache:/workspace/cache \
+#     -v lmhp-runs:/workspace/lm-human-preference-details/runs -e WANDB_API_KEY lmhp python train_policy.py --task sentiment --track
 #   docker run --rm lmhp python -m pytest -q          # the test suite, on the CPU
 # The named volumes keep GPT-2, the datasets and the offline task's assets (lmhp-cache) and the run directories
-# (lmhp-runs) from one container to the next. tini is PID 1, so `docker stop` (SIGTERM) reaches the run at once.
+# (lmhp-runs) from one container to the next. tini is PID 1, so `docker stop` (SIGTERM) reaches the run at once; the
+# run then saves a checkpoint, which may take longer than docker's default 10 s (hence --stop-timeout).
 # PyPI's Linux wheel of torch 2.13.0 is its CUDA 13.0 build (2.13.0+cu130; it brings the CUDA runtime as nvidia-*
 # wheels, pinned in constraints.txt; the host gives the driver): the host needs an NVIDIA driver >= 580 and a GPU of
 # compute capability >= 7.5 (Turing or newer: no V100, no P100), and `--gpus all` needs the NVIDIA Container Toolkit.
