@@ -1,20 +1,29 @@
-# A CUDA GPU box image that installs the locked versions (constraints.txt) and runs either script:
+# A CUDA GPU box image that installs the locked versions (constraints.txt) and runs either script (docs/docker.md):
 #   docker build -t lmhp .
-#   docker run --gpus all -e WANDB_API_KEY lmhp python train_policy.py --task sentiment --track
-# PyPI's Linux wheel of torch 2.13.0 is its CUDA build (it brings the CUDA runtime as nvidia-* wheels; the host gives
-# the driver), so a plain Python base image is enough and the lock's torch==2.13.0 is the same release CI tests.
+#   docker run --gpus all --rm --stop-timeout 120 -v lmhp-cache:/workspace/cache \
+#     -v lmhp-runs:/workspace/lm-human-preference-details/runs -e WANDB_API_KEY lmhp python train_policy.py --task sentiment --track
+#   docker run --rm lmhp python -m pytest -q          # the test suite, on the CPU
+# The named volumes keep GPT-2, the datasets and the offline task's assets (lmhp-cache) and the run directories
+# (lmhp-runs) from one container to the next. tini is PID 1, so `docker stop` (SIGTERM) reaches the run at once; the
+# run then saves a checkpoint, which may take longer than docker's default 10 s (hence --stop-timeout).
+# PyPI's Linux wheel of torch 2.13.0 is its CUDA 13.0 build (2.13.0+cu130; it brings the CUDA runtime as nvidia-*
+# wheels, pinned in constraints.txt; the host gives the driver): the host needs an NVIDIA driver >= 580 and a GPU of
+# compute capability >= 7.5 (Turing or newer: no V100, no P100), and `--gpus all` needs the NVIDIA Container Toolkit.
 FROM python:3.11-slim
 WORKDIR /workspace/lm-human-preference-details
 ENV PYTHONUNBUFFERED=1 HF_HOME=/workspace/cache/hf LMHP_CACHE=/workspace/cache/lmhp
-# a C compiler: torch.compile (--compile) builds Triton's launcher with one, and the slim image has none
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+# a C and C++ compiler, which the slim image lacks: torch.compile (--compile) builds Triton's launcher (GPU) and
+# Inductor's C++ kernels (CPU) with them; tini: an init
+RUN apt-get update && apt-get install -y --no-install-recommends g++ libc6-dev tini && rm -rf /var/lib/apt/lists/*
 COPY constraints.txt ./
 RUN pip install --no-cache-dir -c constraints.txt torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY lm_human_preference_details ./lm_human_preference_details
 COPY train_reward.py train_policy.py ./
 RUN pip install --no-cache-dir -c constraints.txt -e ".[test]"
-COPY tests ./tests
-COPY benchmarks ./benchmarks
+# the rest of the checkout (tests, benchmarks, docs, .ci, this file), so that the test suite runs here as in CI;
+# .dockerignore keeps runs/, wandb/, caches and .git out
+COPY . .
 VOLUME ["/workspace/cache", "/workspace/lm-human-preference-details/runs"]
+ENTRYPOINT ["tini", "--", "sh", "-c", "echo 'lmhp image: torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580 and a GPU of compute capability >= 7.5 (no V100/P100), run with --gpus all; without one it trains on the CPU' >&2; exec \"$@\"", "lmhp"]
 CMD ["python", "train_policy.py", "--help"]

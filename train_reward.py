@@ -37,6 +37,7 @@ from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
+from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run, check_finite, run_script
@@ -151,7 +152,8 @@ def reward_stats(reward_model: RewardModel, policy: Policy, sampler: Iterator[to
     """Mean and population std of rewards of full-length initial-policy samples over all ranks (FIDELITY D6)."""
     # OAI lm_human_preferences/train_reward.py: sample_policy_responses uses ceil(n / rollout_batch_size) batches
     rewards = []  # [blocks, rows] per batch: each rank's rewards apart with --exact-ranks
-    for _ in range(math.ceil(n_samples / args.rollout_batch_size)):
+    n_batches = math.ceil(n_samples / args.rollout_batch_size)
+    for _ in progress(range(n_batches), desc="sampling to normalise rewards", leave=False, disable=not ranks.is_main):
         queries = next(sampler).to(policy.head.weight.device)  # [rollout_batch_size / world_size, query_length]
         contexts = format_queries(queries, prefix, suffix)
         uniforms = ranks.uniforms(len(queries) // len(ranks.held), args.task.response_length)  # each rank's own noise

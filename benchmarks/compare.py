@@ -18,6 +18,9 @@ descriptiveness) or tldr-17 (tldr), --no-tf32, and no --bf16.
 --ours: run directories: metrics.jsonl (step = PPO update), and config.json (else policy/hparams.json), whose task,
   query source, TF32 and bf16 are checked against the baseline's. Final of a run = mean of its last K values.
 Verdict: inside when our mean over runs lies in the baseline's band; diff = (ours - baseline) / baseline std.
+Curves: a PNG beside the report (--out runs/compare.md -> runs/compare.png), one panel per task and --check metric:
+  each of our runs thin, their mean thick, over the baseline's band (approx: the table's band; cache: min..max of
+  its runs) and mean; x = PPO update.
 Exit status: 0 when every --check metric is inside, 1 when one is outside, 2 for bad input or data ("error: ...").
 """
 
@@ -28,6 +31,7 @@ import csv
 import glob
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
 from lm_human_preference_details.cli import UserError, run_main  # noqa: E402
+from lm_human_preference_details.plots import Panel, comparison_figure, mean_curve, save_figure  # noqa: E402
 
 APPROX_CSV = Path(__file__).resolve().parent / "data" / "oai_baseline_approx.csv"
 # shared/FIDELITY.md section F: the curves that say whether a run behaves like the baseline
@@ -215,16 +220,35 @@ def fmt(x: float) -> str:
     return "n/a" if not math.isfinite(x) else f"{x:.4g}"
 
 
-def compare_task(args: argparse.Namespace, task: str) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """(markdown lines, warnings, [(metric, verdict)]) for one task."""
+def approx_panel(title: str, ours: dict[str, Series], metric: str, table: dict) -> Panel:
+    """A panel of our runs over the approx table's mean and band (the rows that have one)."""
+    rows = np.array(table.get(metric, []), dtype=float).reshape(-1, 4)  # [rows, (step, mean, low, high)]
+    banded = rows[np.isfinite(rows[:, 2]) & np.isfinite(rows[:, 3])]
+    return Panel(title, {name: series[metric] for name, series in ours.items()}, (rows[:, 0], rows[:, 1]),
+                 (banded[:, 0], banded[:, 2], banded[:, 3]) if len(banded) else None, "baseline (approx)")
+
+
+def cache_panel(title: str, ours: dict[str, Series], metric: str, runs: dict[str, Series]) -> Panel:
+    """A panel of our runs over the cached baseline runs' mean and min..max band (at the updates they all logged)."""
+    curves = {name: series[metric] for name, series in runs.items() if metric in series}
+    steps, mean = mean_curve(curves)
+    values = np.array([v[np.searchsorted(s, steps)] for s, v in curves.values()])  # [runs, steps]
+    return Panel(title, {name: series[metric] for name, series in ours.items()}, (steps, mean),
+                 (steps, values.min(axis=0), values.max(axis=0)), f"baseline ({len(curves)} runs)")
+
+
+def compare_task(args: argparse.Namespace, task: str) -> tuple[list[str], list[str], list[tuple[str, str]], list[Panel]]:
+    """(markdown lines, warnings, [(metric, verdict)], a plot panel per checked metric) for one task."""
     ours, warnings = read_ours(args.ours, task)
     if args.baseline == "approx":
         table, what = read_approx(APPROX_CSV, task), f"the approx table ({APPROX_CSV.name})"
         baseline = {m: approx_final(table, m, args.at_step) for m in args.metrics}
+        panel = lambda m: approx_panel(f"{task} {m}", ours, m, table)  # noqa: E731
     else:
         runs = read_baseline_cache(Path(args.baseline), task, args.metrics)
         what = f"{len(runs)} runs cached in {args.baseline}"
         baseline = {m: runs_final(runs, m, args.last_k, args.at_step, band=True) for m in args.metrics}
+        panel = lambda m: cache_panel(f"{task} {m}", ours, m, runs)  # noqa: E731
     lines = [f"### {task}", "", f"ours: {len(ours)} runs ({args.ours.replace('{task}', task)}); baseline: {what}", "",
              ("| metric | ours: mean ± std | baseline: mean ± std | baseline band | diff (baseline std) | "
               "final at step (ours / baseline) | verdict |"), "|---|---|---|---|---|---|---|"]
@@ -240,7 +264,7 @@ def compare_task(args: argparse.Namespace, task: str) -> tuple[list[str], list[s
         lines.append(f"| {metric} | {fmt(a.mean)} ± {fmt(a.std)} | {fmt(b.mean)} ± {fmt(b.std)} | [{fmt(b.low)}, "
                      f"{fmt(b.high)}] | {fmt(diff)} | {a.step} / {b.step} | "
                      f"{verdict}{'' if metric in args.check else ' (not checked)'} |")
-    return lines + [""], warnings, verdicts
+    return lines + [""], warnings, verdicts, [panel(m) for m in args.check]  # every run logs them: checked above
 
 
 class Parser(argparse.ArgumentParser):
@@ -267,26 +291,56 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         raise UserError(f"--last-k must be >= 1 (got {args.last_k})")
     if args.baseline != "approx" and not Path(args.baseline).is_dir():
         raise UserError(f"--baseline {args.baseline!r}: expected approx or openrlbenchmark's cache directory")
+    check_out(args.out)
     return args
+
+
+def check_out(path: str) -> None:
+    """--out names a markdown file that can be written, in a directory or beneath one that can be made. Writes nothing."""
+    out = Path(path)
+    if out.suffix == ".png":
+        raise UserError(f"--out {path}: pass the markdown report's path (e.g. runs/compare.md); the PNG is written beside it")
+    if out.is_dir():
+        raise UserError(f"--out {path} is a directory; pass a file path in it, e.g. {out / 'compare.md'}")
+    existing = out.absolute().parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--out {path} lies under the file {existing}; pass a path in a directory")
+    if not os.access(existing, os.W_OK):
+        raise UserError(f"--out {path}: {existing} cannot be written; pass a path in a writable directory")
+
+
+def write_outputs(out: Path, report: list[str], panels: list[Panel], columns: int) -> None:
+    """The PNG, then the markdown report beside it; an OS error (disk full, permissions) is one line."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_figure(comparison_figure(panels, columns), out.with_suffix(".png"))
+        out.write_text("\n".join(report) + "\n")
+    except OSError as e:
+        raise UserError(f"cannot write --out {out} ({e.strerror or e}); pass a writable path") from None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Compare every task, print and write the report; the exit status says whether we are inside the band."""
     args = parse_args(argv)
-    report, warnings, verdicts = [], [], []
+    report, warnings, verdicts, panels = [], [], [], []
     for task in args.task:
-        lines, task_warnings, task_verdicts = compare_task(args, task)
+        lines, task_warnings, task_verdicts, task_panels = compare_task(args, task)
         report += lines
         warnings += task_warnings
         verdicts += [(f"{task} {m}", v) for m, v in task_verdicts if m in args.check]
+        panels += task_panels
     outside = [name for name, v in verdicts if v == "outside"]
     no_band = [name for name, v in verdicts if v == "no band"]
     summary = ("no band for " + ", ".join(no_band) if no_band else
                "outside: " + ", ".join(outside) if outside else "all inside the baseline's band")
-    report += [f"checked ({', '.join(args.check)}): {summary}", *(f"warning: {w}" for w in warnings)]
+    png = Path(args.out).with_suffix(".png")
+    report += [f"checked ({', '.join(args.check)}): {summary}",
+               f"curves: {png.name} beside this report, panels: {'; '.join(p.title for p in panels)}",
+               *(f"warning: {w}" for w in warnings)]
     print(*(f"warning: {w}" for w in warnings), sep="\n", file=sys.stderr, end="\n" if warnings else "")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(report) + "\n")
+    write_outputs(Path(args.out), report, panels, columns=len(args.check))
     print("\n".join(report))
     if no_band:
         raise UserError(f"the baseline has no band for {', '.join(no_band)}: no verdict possible")

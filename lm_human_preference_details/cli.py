@@ -87,9 +87,64 @@ def say_once(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def gpu_has_kernels(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Whether a GPU of compute ``capability`` runs this torch's kernels (torch.cuda.get_arch_list()): a cubin for
+    the same major and an equal or lower minor, or PTX (compute_XY) for an equal or lower capability."""
+    major, minor = capability
+    for arch in arch_list:
+        kind, _, number = arch.partition("_")
+        if not number.isdigit():
+            continue
+        a_major, a_minor = int(number[:-1]), int(number[-1])  # sm_120 -> 12.0, sm_75 -> 7.5
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if kind == "compute" and (a_major, a_minor) <= capability:
+            return True
+    return False
+
+
+def auto_device() -> tuple[torch.device, Optional[str]]:
+    """--device auto: the first CUDA GPU if this torch can run on it, else the CPU; and a warning when a CUDA build of
+    torch falls back to the CPU (no GPU visible, a driver too old for the build, or a GPU it has no kernels for)."""
+    build = torch.version.cuda
+    if not torch.cuda.is_available():
+        if build is None:
+            return torch.device("cpu"), None
+        return torch.device("cpu"), (
+            f"torch {torch.__version__} is a CUDA {build} build but finds no usable GPU, so this run trains on the CPU: "
+            f"it needs an NVIDIA GPU and driver (CUDA 13.x builds: driver >= 580; in Docker: docker run --gpus all); "
+            "pass --device cpu to silence this")
+    capability, arch_list = torch.cuda.get_device_capability(0), torch.cuda.get_arch_list()
+    if not gpu_has_kernels(capability, arch_list):
+        return torch.device("cpu"), (
+            f"torch {torch.__version__} (CUDA {build}) has no kernels for {torch.cuda.get_device_name(0)} (compute "
+            f"capability {capability[0]}.{capability[1]}; built for {' '.join(arch_list)}), so this run trains on the "
+            "CPU: install a torch build for this GPU, or pass --device cpu to silence this")
+    return torch.device("cuda"), None
+
+
+_said: set[str] = set()  # the device lines this process printed: a policy run trains its reward model in-process
+
+
+def print_once(text: str, file=None) -> None:
+    """Print ``text`` unless this process printed it already."""
+    if text not in _said:
+        _said.add(text)
+        print(text, file=file)
+
+
 def pick_device(name: str, tf32: bool = True) -> torch.device:
-    """'auto' -> cuda if available else cpu; on CUDA, TF32 matmuls unless ``tf32`` is False."""
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+    """'auto' -> cuda if usable else cpu, said in one line on stdout (and a warning on stderr when a CUDA build of torch
+    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
+    if name == "auto":
+        device, warning = auto_device()
+        if os.environ.get("RANK", "0") == "0":  # once per run under torchrun: every rank picks the same
+            where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
+            print_once(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only
+            if warning:
+                print_once(f"warning: {warning}", file=sys.stderr)
+    else:
+        device = torch.device(name)
     if device.type == "cuda":
         # DEVIATION: TF32 matmuls on Ampere+ GPUs (the original ran fp32 on V100s) - several times faster
         torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError, doing
 from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.progress import progress
 
 OAI_URL = "https://openaipublic.blob.core.windows.net/lm-human-preferences"  # OpenAI's public container
 HF_MIRROR = "vwxyzjn/lm-human-preferences"  # Hugging Face dataset repo mirroring OpenAI's label and tldr files
@@ -131,21 +132,19 @@ def _read_chunk(response, received: int) -> bytes:
 
 def _download_once(url: str, dest: Path, sha256: str | None) -> None:
     """One attempt: stream ``url`` into a temporary file renamed onto ``dest`` only when complete and verified."""
-    from tqdm import tqdm
-
     with urllib.request.urlopen(url, timeout=60) as response:
         size = response.headers.get("Content-Length")
         total = int(size) if size is not None else None
         h, received = hashlib.sha256(), 0
-        with atomic_path(dest) as tmp, open(tmp, "wb") as f, tqdm(
+        with atomic_path(dest) as tmp, open(tmp, "wb") as f, progress(
             total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}",
             disable=total is None or total < (8 << 20), leave=False,
-        ) as progress:
+        ) as bar:
             for chunk in iter(lambda: _read_chunk(response, received), b""):
                 f.write(chunk)
                 h.update(chunk)
                 received += len(chunk)
-                progress.update(len(chunk))
+                bar.update(len(chunk))
             if total is not None and received != total:  # http.client returns a short body without an error
                 raise ConnectionError(f"connection closed after {received} of {total} bytes")
             if sha256 is not None and h.hexdigest() != sha256:
@@ -195,16 +194,21 @@ def fetch_many(sources: Iterable[str], *, workers: int = 16, lookahead: int = 25
 
     The first failure ends the stream with its one-line error; the downloads not started yet are cancelled.
     """
+    total = len(sources) if hasattr(sources, "__len__") else None
     sources = iter(sources)
     pool = ThreadPoolExecutor(max_workers=workers)
+    # shown only when the files take more than a few seconds (downloads, not cached copies)
+    bar = progress(total=total, desc="fetching files", unit="file", delay=3, leave=False)
     try:
         pending = deque(pool.submit(fetch, s, cache_dir=cache_dir) for s in itertools.islice(sources, lookahead))
         while pending:
             path = pending.popleft().result()
             for s in itertools.islice(sources, 1):
                 pending.append(pool.submit(fetch, s, cache_dir=cache_dir))
+            bar.update()
             yield path
     finally:
+        bar.close()
         pool.shutdown(wait=True, cancel_futures=True)
 
 

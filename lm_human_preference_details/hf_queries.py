@@ -410,7 +410,8 @@ def build_archive_table(archive: Path, dest: Path, field: str, *, expected_rows:
     string column (uncompressed, so it is memory-mapped when read), atomically; returns its rows. The archive's
     rows must number ``expected_rows`` when given, else nothing is written."""
     import pyarrow as pa
-    from tqdm import tqdm
+
+    from lm_human_preference_details.progress import progress
 
     schema = pa.schema([(field, pa.string())])
     rows = 0
@@ -425,7 +426,7 @@ def build_archive_table(archive: Path, dest: Path, field: str, *, expected_rows:
             with (io.BufferedReader(zf.open(info), buffer_size=1 << 20) as f, atomic_path(dest) as tmp,
                   pa.OSFile(str(tmp), "wb") as sink,
                   pa.ipc.new_stream(sink, schema) as writer,
-                  tqdm(total=info.file_size, unit="B", unit_scale=True, desc=f"reading {TLDR.member} (once)") as bar):
+                  progress(total=info.file_size, unit="B", unit_scale=True, desc=f"reading {TLDR.member} (once)") as bar):
                 batch: list[str | None] = []
                 for value in tldr_field_values(_counted_lines(f, bar), field):
                     batch.append(value)

@@ -36,7 +36,9 @@ from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.lm_head import response_logprobs
 from lm_human_preference_details.model import Policy, disable_dropout
+from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
+from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import QuerySampler, format_queries
 from lm_human_preference_details.query_datasets import QUERY_DATASETS
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
@@ -149,6 +151,7 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
             group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / (steps + full_steps)))
 
     model.train()
+    bar = progress(total=steps + full_steps, desc="pretraining the tiny GPT-2", unit="step")
     optimizer = torch.optim.Adam([rows, *body], lr=lr)
     for step in range(steps):  # phase 1: softmax over the corpus vocabulary
         x = batch(batch_size, local)  # [b, seq_len + 1] indices into vocab
@@ -160,6 +163,7 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        bar.update()
     with torch.no_grad():
         wte[vocab] = rows
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -171,6 +175,8 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        bar.update()
+    bar.close()
     model.eval()
 
 
@@ -182,6 +188,7 @@ def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> lis
     g = torch.Generator().manual_seed(seed)
     pad_id = tokenizer.pad_token_id
     records = []
+    bar = progress(total=n, desc="best-of-4 labels", unit="label")
     while len(records) < n:
         queries = next(sampler)  # [128, QUERY_LENGTH]
         contexts = format_queries(queries, [], []).repeat_interleave(4, dim=0)  # [512, QUERY_LENGTH]
@@ -193,11 +200,13 @@ def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> lis
             best = max(range(4), key=lambda i: (gs[i], -i))  # ties (rare) go to the first
             to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
             records.append({"query": to_oai(q), **{f"sample{i}": to_oai(s[i]) for i in range(4)}, "best": best})
+        bar.update(min(len(queries), n - bar.n))
+    bar.close()
     return records[:n]
 
 
 def ensure_offline_assets(out: Path | None = None) -> Path:
-    """Build the offline task's assets once (about a minute on 2 CPU cores); return their directory."""
+    """Build the offline task's assets once (minutes on a CPU, with progress on stderr); return their directory."""
     out = Path(out or offline_dir())
     if (out / "labels.json").exists():
         return out
@@ -250,35 +259,12 @@ def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, se
     return out
 
 
-def plot_curves(metrics_jsonl: Path, out_png: Path) -> None:
-    """A PNG of the PPO curves: reward-model score, gold score, KL and kl_coef per update."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [json.loads(line) for line in Path(metrics_jsonl).read_text().splitlines()]
-    panels = [("ppo/objective/score", "reward-model score"), ("ppo/objective/gold_score", "gold score"),
-              ("ppo/objective/kl", "KL(policy || initial)"), ("ppo/objective/kl_coef", "kl_coef")]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.5))
-    for ax, (key, title) in zip(axes, panels):
-        points = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot([p[0] for p in points], [p[1] for p in points])
-        ax.set_title(title)
-        ax.set_xlabel("PPO update")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-
-
 def report(policy, ref_policy, reward_model, tokenizer, task, kl_target: float, run_dir: Path,
            reward_accuracy: float | None) -> dict:
     """The offline task's closing summary: printed, and written to run_dir/summary.json and curves.png."""
     summary = {"reward_model/heldout_accuracy": reward_accuracy, "kl_target": kl_target,
                **evaluate(policy, ref_policy, reward_model, tokenizer, task)}
-    plot_curves(run_dir / "metrics.jsonl", run_dir / "curves.png")
+    write_run_curves(run_dir)  # the run's curves.png, its gold score panel included
     with atomic_path(run_dir / "summary.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2))
     acc = "n/a" if reward_accuracy is None else f"{reward_accuracy:.3f}"

@@ -280,12 +280,12 @@ def ensure_book_passages(query_length: int, cache_dir: str | os.PathLike | None 
     paths = {mode: book_passages_path(mode, query_length, cache_dir) for mode in ("test", "train")}
     if all(p.is_file() for p in paths.values()):
         return
-    from tqdm import tqdm
+    from lm_human_preference_details.progress import progress
 
     total = BOOKS_TEST_PASSAGES + BOOKS_TRAIN_PASSAGES
     stream = iter_book_passages(_bookcorpus_sentences() if sentences is None else sentences,
                                 min_chars=book_passage_chars(query_length))
-    passages = list(tqdm(itertools.islice(stream, total), total=total, unit="passage",
+    passages = list(progress(itertools.islice(stream, total), total=total, unit="passage",
                          desc="rebuilding book passages from bookcorpus"))
     if len(passages) < total:
         raise UserError(f"bookcorpus gave only {len(passages)} passages, {total} are needed")

@@ -38,7 +38,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from lm_human_preference_details.checkpoint import (
     BackgroundSaver,
@@ -52,6 +51,8 @@ from lm_human_preference_details.checkpoint import (
 )
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import remove_leftovers
+from lm_human_preference_details.plots import write_run_curves
+from lm_human_preference_details.progress import progress, write_above_progress
 from lm_human_preference_details.ranks import shutdown_distributed
 from lm_human_preference_details.tracking import Tracker
 
@@ -292,7 +293,7 @@ class Run:
     def print(self, *text: str) -> None:
         """Print on process 0 only, above the progress bar."""
         if self.is_main:
-            tqdm.write(" ".join(text))
+            write_above_progress(" ".join(text))
 
     # -------------------------------------------------------------------------- enter: check, lock, prepare
     def __enter__(self) -> Run:
@@ -402,8 +403,8 @@ class Run:
         (label -> name). After each one: save every --save-interval, at the end, and on a stop signal; a SIGTERM or
         SIGINT ends the run after the update with one line (a run without checkpoints saves nothing)."""
         self.show = dict(show or {})
-        self.progress = tqdm(range(first, total), desc=desc, dynamic_ncols=True, initial=first, total=total,
-                             disable=not self.is_main)
+        self.progress = progress(range(first, total), desc=desc, dynamic_ncols=True, initial=first, total=total,
+                                 disable=not self.is_main)
         save_interval = getattr(self.args, "save_interval", 0) or total
         with StopSignals() as stop:
             for update in self.progress:
@@ -439,6 +440,8 @@ class Run:
         def write_models(copies: Mapping[str, nn.Module]) -> None:
             for name, model in copies.items():
                 save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
+            if self.kind == "policy":
+                write_run_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
 
         return self.saver.save(done, state, write_models)
 

@@ -1,9 +1,20 @@
 """The shared run options' checks (cli.py): numbers, the device, the output directory; each a one-line UserError."""
 
+import re
+
 import pytest
 import torch
 
-from lm_human_preference_details.cli import UserError, check_at_least, check_device, check_output_dir, check_positive
+from lm_human_preference_details import cli
+from lm_human_preference_details.cli import (
+    UserError,
+    check_at_least,
+    check_device,
+    check_output_dir,
+    check_positive,
+    gpu_has_kernels,
+    pick_device,
+)
 
 
 def test_check_at_least_names_the_flag_and_the_fix():
@@ -91,3 +102,71 @@ def test_sigterm_during_the_offline_asset_build_leaves_no_partial_assets(tmp_pat
     assert proc.returncode == 128 + signal.SIGTERM and len(errors) == 1 and "Traceback" not in err, err[-3000:]
     assert "while building the offline task's assets in" in errors[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no half-built assets, no run directory
+
+
+def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None, arch_list=("sm_75", "sm_80", "sm_86",
+                                                                                          "sm_90", "sm_100", "sm_120",
+                                                                                          "compute_120")):
+    """torch as a CUDA build (``cuda_build``) or a CPU one, seeing one GPU of compute capability ``gpu`` or none."""
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(gpu is not None))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100" if gpu == (7, 0) else "NVIDIA H100")
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch_list))
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)  # restored
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(cli, "_said", set())  # nothing said yet in this process
+
+
+@pytest.mark.parametrize("cuda_build, gpu, device, warning", [
+    (None, None, "cpu", None),  # the CPU wheel: the CPU, said, no warning
+    ("13.0", None, "cpu", r"^warning: torch .* is a CUDA 13.0 build but finds no usable GPU, so this run trains on the "
+                          r"CPU: .*driver >= 580.*--gpus all.*pass --device cpu to silence this$"),
+    ("13.0", (7, 0), "cpu", r"^warning: torch .* \(CUDA 13.0\) has no kernels for Tesla V100 \(compute capability 7.0; "
+                            r"built for sm_75 .*\), so this run trains on the CPU"),
+    ("13.0", (9, 0), "cuda", None),
+])
+def test_device_auto_says_what_it_chose_and_warns_on_a_cuda_build_without_a_gpu(monkeypatch, capsys, cuda_build, gpu,
+                                                                                  device, warning):
+    fake_torch(monkeypatch, cuda_build, gpu)
+    torch.backends.cuda.matmul.allow_tf32 = False  # restored by fake_torch's monkeypatch
+    assert pick_device("auto", tf32=True).type == device
+    out, err = capsys.readouterr()
+    chosen = "cuda (NVIDIA H100)" if device == "cuda" else "cpu"
+    assert len(out.splitlines()) == 1 and out.startswith(f"--device auto: {chosen}; torch ") and "sees: cpu" in out
+    if warning is None:
+        assert err == ""
+    else:
+        assert len(err.splitlines()) == 1 and re.match(warning, err), err  # one line, on stderr
+    assert torch.backends.cuda.matmul.allow_tf32 is (device == "cuda")  # TF32 is set up for a GPU only
+
+
+def test_device_auto_is_said_once_per_run(monkeypatch, capsys):
+    fake_torch(monkeypatch, "13.0", None)
+    monkeypatch.setenv("RANK", "1")  # under torchrun, rank 0 says it
+    assert pick_device("auto").type == "cpu" and capsys.readouterr() == ("", "")
+    monkeypatch.setenv("RANK", "0")
+    pick_device("auto")
+    pick_device("auto")  # a policy run that trains its reward model picks again, in the same process
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and len(err.splitlines()) == 1
+
+
+def test_an_explicit_device_is_taken_as_given(monkeypatch, capsys):
+    fake_torch(monkeypatch, "13.0", None)
+    assert pick_device("cpu").type == "cpu" and capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("capability, arch_list, ok", [
+    ((9, 0), ["sm_80", "sm_90"], True),
+    ((8, 9), ["sm_80", "sm_86"], True),  # a cubin runs on a later minor of its major
+    ((8, 6), ["sm_89"], False),  # ... not on an earlier one
+    ((9, 0), ["sm_80", "sm_86"], False),  # nor on another major
+    ((12, 1), ["sm_100", "compute_120"], True),  # PTX is compiled for a later GPU by the driver
+    ((7, 0), ["sm_75", "sm_80", "compute_120"], False),  # a V100 under a CUDA 13 build
+    ((6, 0), [], False),
+])
+def test_gpu_has_kernels(capability, arch_list, ok):
+    assert gpu_has_kernels(capability, arch_list) is ok

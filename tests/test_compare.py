@@ -208,6 +208,9 @@ def test_runs_ending_at_different_steps_warn(setup, capsys):
     ("bad_cache", "runB: not a run cached by openrlbenchmark (FileNotFoundError"),
     ("bad_baseline", "error: --baseline 'nowhere': expected approx or openrlbenchmark's cache directory"),
     ("bad_arg", "error: argument --last-k: invalid int value"),
+    ("out_under_file", "lies under the file"),
+    ("out_is_dir", "is a directory; pass a file path in it"),
+    ("out_is_png", "pass the markdown report's path"),
 ])
 def test_bad_input_is_one_line_status_2(setup, case, message):
     tmp, argv = setup
@@ -232,10 +235,73 @@ def test_bad_input_is_one_line_status_2(setup, case, message):
         argv += ["--baseline", "nowhere"]
     elif case == "bad_arg":
         argv += ["--last-k", "many"]
+    elif case == "out_under_file":
+        argv += ["--out", str(tmp / "runs" / "policy_sentiment_seed1" / "metrics.jsonl" / "report.md")]
+    elif case == "out_is_dir":
+        argv += ["--out", str(tmp / "runs")]
+    elif case == "out_is_png":
+        argv += ["--out", str(tmp / "compare.png")]
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *argv], capture_output=True,
                             text=True, timeout=120, cwd=tmp)
     err = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+def drawn_panels(monkeypatch) -> list:
+    """Record the figures compare.py saves (then saved as usual)."""
+    figures = []
+    real = compare.save_figure
+    monkeypatch.setattr(compare, "save_figure", lambda fig, path: figures.append(fig) or real(fig, path))
+    return figures
+
+
+def assert_png(path: Path) -> tuple[int, int]:
+    """``path`` is a PNG file that decodes; its (height, width)."""
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return matplotlib.image.imread(path).shape[:2]
+
+
+def test_curves_png_beside_the_report_with_a_panel_per_checked_metric(setup, monkeypatch, capsys):
+    tmp, argv = setup
+    figures = drawn_panels(monkeypatch)
+    compare.main([*argv, "--check", "score", "kl", "entropy"])
+    height, width = assert_png(tmp / "out.png")
+    assert width > 2 * height  # three panels side by side
+    titles = [f"sentiment {m}" for m in (SCORE, KL, ENTROPY)]
+    report = (tmp / "out.md").read_text()
+    assert f"curves: out.png beside this report, panels: {'; '.join(titles)}" in report.splitlines()
+    axes = [ax for ax in figures[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == titles and all(ax.get_xlabel() == "PPO update" for ax in axes)
+    score = {line.get_label(): line for line in axes[0].get_lines()}
+    # each of our runs thin, their mean thick; the three cached baseline runs' mean, dashed
+    assert score["ours, mean of 2"].get_ydata().tolist() == [0, 0, 0, 1.5, 2.5]
+    assert score["ours, mean of 2"].get_linewidth() > 2 * score["ours, each run"].get_linewidth()
+    assert score["baseline (3 runs) mean"].get_xdata().tolist() == [0, 1, 2, 3, 4]
+    assert score["baseline (3 runs) mean"].get_ydata().tolist() == [0, 0, 0, 2, 2]
+    band = axes[0].collections[0].get_paths()[0].vertices  # min..max of the baseline's runs at updates 3 and 4: 1..3
+    assert band[:, 1].min() == 0 and band[:, 1].max() == 3 and {1.0, 3.0} <= set(band[band[:, 0] == 4, 1].tolist())
+
+
+def test_curves_over_the_approx_table(tmp_path, monkeypatch):
+    approx = tmp_path / "approx.csv"
+    approx.write_text("task,metric,step,value_mean,band_low,band_high\n"
+                      "sentiment,ppo/objective/score,0,-0.6,,\n"
+                      "sentiment,ppo/objective/score,3,1.5,1.2,1.8\n"
+                      "sentiment,ppo/objective/score,4,2.0,1.0,3.0\n")
+    monkeypatch.setattr(compare, "APPROX_CSV", approx)
+    figures = drawn_panels(monkeypatch)
+    write_run(tmp_path / "runs" / "policy_sentiment_seed1", {SCORE: [0, 0, 0, 2.4, 2.8]})
+    compare.main(["--task", "sentiment", "--ours", str(tmp_path / "runs" / "policy_{task}_seed*"), "--metrics", "score",
+                  "--check", "score", "--out", str(tmp_path / "report" / "out.md")])
+    assert_png(tmp_path / "report" / "out.png")
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert lines["baseline (approx) mean"].get_xdata().tolist() == [0, 3, 4]
+    assert lines["ours, mean of 1"].get_ydata().tolist() == [0, 0, 0, 2.4, 2.8]
+    band = ax.collections[0].get_paths()[0].vertices  # only the rows with a band: updates 3 and 4
+    assert set(band[:, 0].tolist()) == {3.0, 4.0} and band[:, 1].min() == 1.0 and band[:, 1].max() == 3.0
 
 
 def test_slurm_template_runs_the_array_element(tmp_path):

@@ -284,6 +284,15 @@ def test_policy_logs_the_original_metrics(policy_run):
     assert "score =" in result.stdout and "kl =" in result.stdout  # the sample table
 
 
+def test_policy_run_draws_its_curves(policy_run):
+    import matplotlib.image
+
+    out, _ = policy_run
+    image = matplotlib.image.imread(out / "curves.png")  # written at each checkpoint, the last one at the end
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 4 * image.shape[0]  # four panels in a row
+    assert not list(out.glob(".lmhp-tmp~*"))
+
+
 def test_policy_is_saved_and_reloads(policy_run, assets):
     from transformers import AutoModelForCausalLM
 

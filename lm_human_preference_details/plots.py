@@ -1,0 +1,145 @@
+"""Learning curves as PNG files (matplotlib, Agg): a policy run's own curves.png, and runs drawn over a baseline.
+
+Both read what a run writes: RUN/metrics.jsonl (one row of scalars per PPO update, `step` = the update) and
+RUN/config.json. Files are written atomically, so a reader never sees half a PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lm_human_preference_details.files import atomic_path
+
+# a policy run's panels: metric -> title; the last is the offline task's labeler, drawn when the run logs it
+RUN_PANELS = {"ppo/objective/score": "score (reward model)", "ppo/objective/kl": "KL(policy || initial)",
+              "ppo/objective/kl_coef": "kl_coef", "ppo/objective/entropy": "entropy"}
+OPTIONAL_PANELS = {"ppo/objective/gold_score": "gold score (offline labeler)"}
+
+Curve = tuple[np.ndarray, np.ndarray]  # (steps, values)
+_DRAWING = threading.Lock()
+
+
+def _figure(rows: int, columns: int, figsize: tuple[float, float]):
+    """A matplotlib Figure and its [rows, columns] axes, outside pyplot's global state: the background saver draws
+    a run's curves in its own thread while training goes on."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(rows, columns, squeeze=False)
+
+
+def read_curves(metrics_jsonl: Path) -> dict[str, Curve]:
+    """metric -> (steps, values) of a metrics.jsonl (non-finite values, logged as strings, read as floats)."""
+    points: dict[str, dict[int, float]] = {}
+    lines = Path(metrics_jsonl).read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # a row being appended while the background saver draws: drawn next time
+                continue
+            raise
+        step = int(row.pop("step"))
+        for key, value in row.items():
+            try:
+                points.setdefault(key, {})[step] = float(value)
+            except (TypeError, ValueError):
+                continue
+    return {k: (np.array(sorted(p), dtype=int), np.array([p[s] for s in sorted(p)], dtype=float)) for k, p in points.items()}
+
+
+def kl_target(run_dir: Path) -> float | None:
+    """The adaptive KL controller's target from RUN/config.json (rewards.target), None when the KL coefficient is fixed."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    rewards = json.loads(path.read_text()).get("rewards", {})
+    return float(rewards["target"]) if rewards.get("adaptive_kl") and rewards.get("target") is not None else None
+
+
+def run_curves_figure(run_dir: str | Path):
+    """The figure of a policy run's curves: one panel per RUN_PANELS metric (and OPTIONAL_PANELS it logs), x = update."""
+    run_dir = Path(run_dir)
+    curves = read_curves(run_dir / "metrics.jsonl")
+    panels = {**RUN_PANELS, **{k: t for k, t in OPTIONAL_PANELS.items() if k in curves}}
+    target = kl_target(run_dir)
+    fig, axes = _figure(1, len(panels), figsize=(4 * len(panels), 3.4))
+    for ax, (key, title) in zip(axes[0], panels.items()):
+        steps, values = curves.get(key, (np.array([]), np.array([])))
+        ax.plot(steps, values, lw=1.2)
+        if key == "ppo/objective/kl" and target is not None:
+            ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
+            ax.legend(loc="best", fontsize=8)
+        ax.set_title(title)
+        ax.set_xlabel("PPO update")
+        ax.grid(alpha=0.3)
+    fig.suptitle(run_dir.name, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig, path: str | Path, dpi: int = 90) -> Path:
+    """Write ``fig`` to ``path`` as a PNG, atomically, and free it."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    return Path(path)
+
+
+def write_run_curves(run_dir: str | Path) -> Path:
+    """RUN/metrics.jsonl -> RUN/curves.png (score, KL with its target, kl_coef, entropy per PPO update); its path.
+
+    Cheap enough for every checkpoint (docs/docker.md has its cost); flush the tracker first, so the rows are on disk.
+    """
+    with _DRAWING:  # the saver's thread and the offline report may draw the same file
+        return save_figure(run_curves_figure(run_dir), Path(run_dir) / "curves.png")
+
+
+@dataclass
+class Panel:
+    """One panel of a comparison: our runs' curves (name -> curve) over the baseline's mean and band."""
+
+    title: str
+    ours: dict[str, Curve]
+    baseline: Curve | None = None
+    band: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (steps, low, high)
+    baseline_label: str = "baseline"
+
+
+def mean_curve(curves: dict[str, Curve]) -> Curve:
+    """The mean over runs at the updates every run logged."""
+    common = sorted(set.intersection(*(set(s.tolist()) for s, _ in curves.values())))
+    steps = np.array(common, dtype=int)
+    values = [v[np.searchsorted(s, steps)] for s, v in curves.values()]  # each run's values at those steps
+    return steps, np.mean(values, axis=0)
+
+
+def comparison_figure(panels: list[Panel], columns: int):
+    """Panels in rows of ``columns``: each of our runs thin, their mean thick, over the baseline's band and mean."""
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = _figure(rows, columns, figsize=(4.6 * columns, 3.6 * rows))
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes.flat, panels):
+        if panel.band is not None:
+            steps, low, high = panel.band
+            ax.fill_between(steps, low, high, color="tab:gray", alpha=0.3, lw=0, label=f"{panel.baseline_label} band")
+        if panel.baseline is not None:
+            ax.plot(*panel.baseline, color="k", lw=1.5, ls="--", label=f"{panel.baseline_label} mean")
+        for i, curve in enumerate(panel.ours.values()):
+            ax.plot(*curve, color="tab:blue", lw=0.7, alpha=0.35, label="ours, each run" if i == 0 else None)
+        if panel.ours:
+            ax.plot(*mean_curve(panel.ours), color="navy", lw=2.2, zorder=3, label=f"ours, mean of {len(panel.ours)}")
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel("PPO update")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    return fig
