@@ -63,7 +63,7 @@ from lm_human_preference_details.ppo import (
     value_loss,
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, seed_globals
+from lm_human_preference_details.ranks import Ranks, check_seed, seed_globals
 from lm_human_preference_details.run import Run, check_finite, run_script
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
@@ -136,8 +136,9 @@ class Args(RunArgs):
     """PPO hyperparameters (preset from --task)"""
     base_model: str = "gpt2"
     """Hugging Face name or local directory of the initial policy (launch.py: GPT-2 124M)"""
-    log_interval: int = 10
-    """print and log a table of samples every this many updates (train_reward.py RunHParams: 10)"""
+    sample_print_interval: int = 10
+    """print (and log) a table of sampled responses every this many updates; metrics are logged every update (the
+    original's RunHParams.log_interval: 10)"""
     save_interval: int = 50
     """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
     RunHParams: 50)"""
@@ -159,7 +160,7 @@ class Args(RunArgs):
         check_at_least("--ppo.nminibatches", ppo.nminibatches, 1, "minibatches per epoch")
         check_at_least("--ppo.noptepochs", ppo.noptepochs, 1, "epochs over each batch")
         check_at_least("--num-ranks", self.num_ranks, 1, "the number of emulated ranks")
-        check_at_least("--log-interval", self.log_interval, 1, "updates between sample tables")
+        check_at_least("--sample-print-interval", self.sample_print_interval, 1, "updates between sample tables")
         check_at_least("--save-interval", self.save_interval, 1, "updates between saves")
         if self.rewards.adaptive_kl:
             check_positive("--rewards.target", self.rewards.target, "the KL the controller aims at")
@@ -181,6 +182,7 @@ class Args(RunArgs):
                             f"(nminibatches * num_ranks)); they need >= 8: raise --ppo.batch-size or lower "
                             f"--num-ranks")
         self.task = self.task.resolved()
+        check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
         self.finalize_run("policy", **{"the minibatch size": self.minibatch_size})
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
@@ -430,7 +432,7 @@ def train(args: Args) -> dict:
         run.print(f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
                   f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
                   f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch "
-                  f"{args.micro_batch_size or 'off'}, device {device}, run dir {run.dir}")
+                  f"{args.micro_batch_sequences or 'off'}, device {device}, run dir {run.dir}")
 
         stats: dict[str, float] = {}
         last = time.time()
@@ -455,7 +457,7 @@ def train(args: Args) -> dict:
             last = now
             run.log(stats, step=update)
             kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)
-            if update % args.log_interval == 0 and ranks.is_main:
+            if update % args.sample_print_interval == 0 and ranks.is_main:
                 rows = sample_rows(tokenizer, data, args.rewards.kl_coef)  # the original prints with the initial kl_coef
                 run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
                 for q, r, s, k, t in rows:

@@ -39,7 +39,7 @@ from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run, check_finite, run_script
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
@@ -59,7 +59,8 @@ class RewardTrainHParams:
     rollout_batch_size: int = 512
     """queries per sampling batch when normalising (launch.py: 512 books, 128 tldr/cnndm)"""
     normalize_samples: int = 256
-    """policy samples used to estimate the reward mean and std; 0 disables normalising (launch.py: 256)"""
+    """policy samples used to estimate the reward mean and std (launch.py: 256); --no-normalize-before and
+    --no-normalize-after turn normalising off"""
     debug_normalize: int = 0
     """if > 0, this many fresh samples re-measure mean and std after each normalisation (train_reward.py)"""
     normalize_before: bool = True
@@ -90,7 +91,7 @@ class Args(RunArgs, RewardTrainHParams):
         check_at_least("--num-ranks", self.num_ranks, 1, "the number of emulated ranks")
         check_at_least("--labels.num-train", self.labels.num_train, 1, "the number of labels trained on")
         check_at_least("--rollout-batch-size", self.rollout_batch_size, 1, "queries per sampling batch")
-        check_at_least("--normalize-samples", self.normalize_samples, 0, "policy samples per normalisation (0: off)")
+        check_at_least("--normalize-samples", self.normalize_samples, 1, "policy samples per normalisation")
         check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
         check_at_least("--eval-labels", self.eval_labels, 0, "held-out labels (0: off)")
         check_task(self.task)
@@ -109,7 +110,8 @@ class Args(RunArgs, RewardTrainHParams):
                 raise UserError(f"{name} ({n}) does not split into --num-ranks ({self.num_ranks}) equal shares; "
                                 f"change --{name.replace('_', '-')} or --num-ranks")
         self.task = self.task.resolved()
-        self.finalize_run("reward", batch_size=self.batch_size)
+        check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
+        self.finalize_run("reward", sequences_per_row=self.label_n, batch_size=self.batch_size)
         if check_inputs:
             get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
             check_task_inputs(self.task, self.base_model, self.labels.source)
@@ -228,7 +230,7 @@ def heldout_results(run: Run, reward_model: RewardModel, labels: dict, args: Arg
 def heldout_accuracy(reward_model: RewardModel, labels: dict[str, torch.Tensor], args: Args, device) -> float:
     """Fraction of held-out labels whose best sample gets the highest reward (extra metric)."""
     correct = 0
-    for mb in args.micro_batches(len(labels["best"]), default=args.batch_size):
+    for mb in args.micro_batches(len(labels["best"]), default=args.batch_size, sequences_per_row=args.label_n):
         rewards = rewards_of_labels(reward_model, labels["queries"][mb].to(device), labels["samples"][mb].to(device))
         correct += (rewards.argmax(1).cpu() == labels["best"][mb]).sum().item()
     return correct / len(labels["best"])
@@ -277,12 +279,13 @@ def train(args: Args) -> Path:
                   f"device {device}, run dir {run.dir}")
 
         # 2. normalise before training (best_of_N targets mean 0, std 1: label_types.py target_scales is None)
-        if args.normalize_before and args.normalize_samples:
+        if args.normalize_before:
             normalize_and_log(reward_model, stats_fn, args, run, "normalize_before", step=0)
 
         # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
         optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
         permutation = torch.from_numpy(ranks.shared_permutation(args.labels.num_train))
+        label_micro_batches = functools.partial(args.micro_batches, sequences_per_row=args.label_n)  # whole labels
         for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
                                                                      "lr": "train_reward/minibatch/lr"}):
             start = batch * args.batch_size
@@ -294,7 +297,7 @@ def train(args: Args) -> Path:
             def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
                 return label_loss(reward_model, train_labels, indices[rows], device)
 
-            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.micro_batches)  # E10
+            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), label_micro_batches)  # E10
             optimizer.step()
             # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
             loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()
@@ -305,7 +308,7 @@ def train(args: Args) -> Path:
         results = heldout_results(run, reward_model, eval_labels, args, device, step=n_batches)
 
         # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7)
-        if args.normalize_after and args.normalize_samples:
+        if args.normalize_after:
             normalize_and_log(reward_model, stats_fn, args, run, "normalize_after", step=n_batches)
 
         # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8); never a non-finite model

@@ -7,7 +7,7 @@
 
 --bf16 (bfloat16 autocast) and --no-tf32 mean what they mean for train_policy.py and apply to both paths;
 --compile is train_policy.py's --compile, for ours (the reference runs Hugging Face's own forward). On a GPU
-the reference runs 128 episodes per forward pass (--reference-micro-batch-size): at 512 it runs out of 80 GB.
+the reference runs 128 episodes per forward pass (--reference-micro-batch-sequences): at 512 it runs out of 80 GB.
 
 Both updates run in this process at the sentiment shape (query 64, response 24, 4 PPO epochs, 1 minibatch),
 from the same initial weights, on the same queries, with the same seed:
@@ -152,7 +152,7 @@ def straightforward_rollout(policy: Policy, ref_policy: Policy, reward_model: Re
     """Sample with generate, then full forward passes of policy, reference and reward model; one micro-batch at a time."""
     task = args.task
     chunks = []
-    for mb in torch.arange(len(queries)).split(args.micro_batch_size or len(queries)):
+    for mb in torch.arange(len(queries)).split(args.micro_batch_sequences or len(queries)):
         ctx, ctx_mask = left_pad(contexts[mb], policy.pad_id)  # [m, c] each
         with timer("sample"):
             responses = straightforward_generate(policy, ctx, ctx_mask, task.response_length)
@@ -185,7 +185,7 @@ def straightforward_ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer,
                 whiten_group_size=args.rank_minibatch_size, whiten_rewards=ppo.whiten_rewards)
             optimizer.zero_grad(set_to_none=True)
             mb_stats: dict[str, float] = {}
-            micro = args.micro_batch_size or len(mb)
+            micro = args.micro_batch_sequences or len(mb)
             for i in range(0, len(mb), micro):
                 idx, part, weight = mb[i : i + micro], slice(i, i + micro), min(micro, len(mb) - i) / len(mb)
                 out = straightforward_analyze(policy, contexts[idx], context_mask[idx], data["responses"][idx])
@@ -304,13 +304,13 @@ def matmul_flops(config, queries: torch.Tensor, response_length: int, noptepochs
 # The benchmark
 
 
-def benchmark_args(batch_size: int, micro_batch_size: int, bf16: bool = False) -> train_policy.Args:
+def benchmark_args(batch_size: int, micro_batch_sequences: int, bf16: bool = False) -> train_policy.Args:
     """The sentiment preset at another batch size; whitening groups of the original's 8 ranks when they hold >= 8."""
     args = train_policy.build_args("sentiment")
     args.ppo.batch_size, args.ppo.nminibatches, args.ppo.noptepochs = batch_size, 1, 4
     if batch_size % args.num_ranks or batch_size // args.num_ranks < 8:
         args.num_ranks = 1  # a small benchmark batch: one emulated rank, one whitening group (same cost either way)
-    args.micro_batch_size, args.bf16 = micro_batch_size, bf16
+    args.micro_batch_sequences, args.bf16 = micro_batch_sequences, bf16
     return args.finalize(check_inputs=False)  # its models are built here, not read from --base-model
 
 
@@ -417,20 +417,20 @@ def check_maths(models, initial: dict, ours: dict, ours_stats: list, ours_params
     }
 
 
-def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, micro_batch_size: int,
-               seed: int, bf16: bool = False, reference_micro_batch_size: Optional[int] = None,
+def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, micro_batch_sequences: int,
+               seed: int, bf16: bool = False, reference_micro_batch_sequences: Optional[int] = None,
                compile: bool = False) -> dict:
     """Warm up both paths once (checking their maths), then time `repeats` updates of each, alternating.
 
-    ``reference_micro_batch_size`` (default: ``micro_batch_size``) lets the reference's full-vocabulary logits fit
+    ``reference_micro_batch_sequences`` (default: ``micro_batch_sequences``) lets the reference's full-vocabulary logits fit
     in memory; ``compile`` runs ours with --compile (the reference is Hugging Face's own forward).
     """
     load_before = os.getloadavg()[0]
     compile_blocks(compile)  # as train_policy.train does; the warm-up update below pays for the compilation
-    args = benchmark_args(batch_size, micro_batch_size, bf16)
+    args = benchmark_args(batch_size, micro_batch_sequences, bf16)
     path_args = {"ours": args, "reference": copy.copy(args)}
-    if reference_micro_batch_size is not None:
-        path_args["reference"].micro_batch_size = reference_micro_batch_size
+    if reference_micro_batch_sequences is not None:
+        path_args["reference"].micro_batch_sequences = reference_micro_batch_sequences
     models = build_models(size, args.task.temperature, device, seed)
     initial = {k: v.detach().clone() for k, v in models[0].state_dict().items()}
     queries = make_queries(batch_size, args.task.query_length).to(device)
@@ -463,7 +463,7 @@ def bench_size(size: str, batch_size: int, repeats: int, device: torch.device, m
     return {"size": size, "batch_size": batch_size, "repeats": repeats, "checks": checks, "results": results, "flops": flops,
             "load": (load_before, os.getloadavg()[0]),
             "noptepochs": args.ppo.noptepochs, "num_ranks": args.num_ranks, "compile": compile,
-            "micro": {path: a.micro_batch_size for path, a in path_args.items()},
+            "micro": {path: a.micro_batch_sequences for path, a in path_args.items()},
             "params": sum(p.numel() for p in models[0].parameters())}
 
 
@@ -545,12 +545,12 @@ def markdown_report(runs: list[dict], device: torch.device, repeats: int, bf16: 
     return "\n".join(lines + notes) + "\n"
 
 
-def default_reference_micro_batch(device: torch.device, batch_size: int, micro_batch_size: int) -> int:
-    """The reference's episodes per forward pass: ``micro_batch_size`` when set; else on a GPU
+def default_reference_micro_batch(device: torch.device, batch_size: int, micro_batch_sequences: int) -> int:
+    """The reference's episodes per forward pass: ``micro_batch_sequences`` when set; else on a GPU
     REFERENCE_GPU_MICRO_BATCH when the batch is a larger multiple of it; else 0 (the whole batch)."""
     n = REFERENCE_GPU_MICRO_BATCH
-    if micro_batch_size or device.type != "cuda" or batch_size <= n or batch_size % n:
-        return micro_batch_size
+    if micro_batch_sequences or device.type != "cuda" or batch_size <= n or batch_size % n:
+        return micro_batch_sequences
     return n
 
 
@@ -563,10 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 64 tiny and 8 124m on CPU, 512 on a GPU)")
     p.add_argument("--repeats", type=int, default=2, help="timed updates per path after the warm-up (default 2)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default auto: cuda if available)")
-    p.add_argument("--micro-batch-size", type=int, default=0,
+    p.add_argument("--micro-batch-sequences", type=int, default=0,
                    help="episodes per forward pass in both paths, to fit memory (default 0: the whole batch)")
-    p.add_argument("--reference-micro-batch-size", type=int, default=None,
-                   help=f"episodes per forward pass in the reference path only (default: --micro-batch-size, or when "
+    p.add_argument("--reference-micro-batch-sequences", type=int, default=None,
+                   help=f"episodes per forward pass in the reference path only (default: --micro-batch-sequences, or when "
                         f"that is 0, on a GPU, {REFERENCE_GPU_MICRO_BATCH} for a batch that is a larger multiple of it: "
                         f"the full-vocabulary logits of 512 episodes do not fit in 80 GB)")
     p.add_argument("--compile", action="store_true", help="ours with train_policy.py --compile (torch.compile)")
@@ -589,13 +589,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         build_parser().error(f"--batch-size takes one value or one per size ({len(args.sizes)})")
     runs = []
     for size, b in zip(args.sizes, batch_sizes):
-        reference_micro = args.reference_micro_batch_size
+        reference_micro = args.reference_micro_batch_sequences
         if reference_micro is None:
-            reference_micro = default_reference_micro_batch(device, b, args.micro_batch_size)
-        for micro in (args.micro_batch_size, reference_micro):
+            reference_micro = default_reference_micro_batch(device, b, args.micro_batch_sequences)
+        for micro in (args.micro_batch_sequences, reference_micro):
             if micro and b % micro:
                 build_parser().error(f"a micro-batch size ({micro}) must divide the batch size ({b})")
-        runs.append(bench_size(size, b, args.repeats, device, args.micro_batch_size, args.seed, args.bf16,
+        runs.append(bench_size(size, b, args.repeats, device, args.micro_batch_sequences, args.seed, args.bf16,
                                reference_micro, args.compile))
     report = markdown_report(runs, device, args.repeats, args.bf16)
     print(report)

@@ -30,8 +30,8 @@ from lm_human_preference_details.files import atomic_path
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 # options a resumed run may change: where and how it runs, not what it computes
-MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_size", "track",
-                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "log_interval"}
+MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
+                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval"}
 
 
 # ----------------------------------------------------------------------------------------------- random generators

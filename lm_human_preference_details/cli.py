@@ -233,11 +233,13 @@ class RunArgs:
     """the original's MPI ranks (launch.py: 8 V100s), emulated on any number of processes (torchrun, a divisor):
     each has its own seed, query stream, sampling noise, minibatch permutations and whitening group"""
     exact_ranks: bool = False
-    """each emulated rank takes its own forward and backward passes and statistics, added in a fixed tree, so 1, 2, 4
-    or 8 processes give bit-identical runs (with equal CPU threads per process); off: one fused pass per process, the
-    same maths up to float summation order and faster (tiny CPU update: 19%); on in the offline demo"""
-    micro_batch_size: int = 0
-    """episodes per forward pass, to fit memory; gradients are accumulated and the maths is unchanged (0: all)"""
+    """what: each emulated rank takes its own forward and backward passes and statistics, added in a fixed tree, so 1,
+    2, 4 or 8 processes give bit-identical runs (with equal CPU threads per process); cost: a process runs one pass
+    per rank it holds instead of one fused pass (a tiny CPU update: 19% slower). Off: the same maths up to float
+    summation order. On in the offline demo"""
+    micro_batch_sequences: int = 0
+    """query-response sequences per forward pass, to fit memory (0: all at once): a sampled query or an episode is one,
+    a reward label one per candidate (4 for best_of_4); gradients are accumulated, the maths is unchanged"""
     output_dir: Optional[str] = None
     """run directory for logs and saved models (default runs/<reward|policy>_<task>_seed<seed>)"""
     device: str = "auto"
@@ -264,17 +266,19 @@ class RunArgs:
     world_size: tyro.conf.Suppress[int] = 1
     """processes the emulated ranks ran on (torchrun's WORLD_SIZE), recorded in config.json"""
 
-    def finalize_run(self, kind: str, **sizes: int) -> None:
-        """The checks and defaults both scripts share: --micro-batch-size divides each named size; every rank's seed;
-        the device; the run directory, writable. Run before anything loads, so a bad option ends in one line at once."""
-        from lm_human_preference_details.ranks import check_seed  # ranks.py imports this module
-
-        check_at_least("--micro-batch-size", self.micro_batch_size, 0, "episodes per forward pass (0: all)")
-        check_seed(self.seed, self.num_ranks)
+    def finalize_run(self, kind: str, sequences_per_row: int = 1, **sizes: int) -> None:
+        """The checks and defaults both scripts share: --micro-batch-sequences holds whole rows (a row: an episode, or a
+        label of ``sequences_per_row`` sequences) and divides each named size (in rows); the device; the run directory,
+        writable. Run before anything loads, so a bad option ends in one line at once."""
+        micro = self.micro_batch_sequences
+        check_at_least("--micro-batch-sequences", micro, 0, "query-response sequences per forward pass (0: all)")
+        if micro % sequences_per_row:
+            raise UserError(f"--micro-batch-sequences ({micro}) must be a multiple of {sequences_per_row}: a label is "
+                            f"{sequences_per_row} query-response sequences, scored together")
         for name, n in sizes.items():
-            if self.micro_batch_size and n % self.micro_batch_size:
-                raise UserError(f"--micro-batch-size ({self.micro_batch_size}) must divide {name} ({n}); "
-                                f"pick a divisor of {n}")
+            if micro and n % (micro // sequences_per_row):
+                raise UserError(f"--micro-batch-sequences ({micro}) must hold a divisor of {name} ({n}) rows of "
+                                f"{sequences_per_row} sequence(s); pick {sequences_per_row} x a divisor of {n}")
         if self.keep_checkpoints < 1:
             raise UserError(f"--keep-checkpoints ({self.keep_checkpoints}) must be at least 1")
         if self.output_dir is None:
@@ -282,7 +286,8 @@ class RunArgs:
         check_output_dir(self.output_dir)
         check_device(self.device)
 
-    def micro_batches(self, n: int, default: int | None = None) -> list[slice]:
-        """The slices of ``n`` rows that one forward pass takes at a time: --micro-batch-size, else ``default``, else all."""
-        size = self.micro_batch_size or default or n
+    def micro_batches(self, n: int, default: int | None = None, sequences_per_row: int = 1) -> list[slice]:
+        """The slices of ``n`` rows (of ``sequences_per_row`` sequences each) that one forward pass takes at a time:
+        --micro-batch-sequences, else ``default`` rows, else all."""
+        size = self.micro_batch_sequences // sequences_per_row or default or n
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]

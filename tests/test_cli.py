@@ -170,3 +170,16 @@ def test_an_explicit_device_is_taken_as_given(monkeypatch, capsys):
 ])
 def test_gpu_has_kernels(capability, arch_list, ok):
     assert gpu_has_kernels(capability, arch_list) is ok
+
+
+def test_micro_batches_count_query_response_sequences_in_both_scripts():
+    from lm_human_preference_details.cli import RunArgs
+
+    args = RunArgs(micro_batch_sequences=8)
+    # an episode (policy) or a sampled query is one sequence: 8 rows per pass
+    assert args.micro_batches(20) == [slice(0, 8), slice(8, 16), slice(16, 20)]
+    # a best_of_4 label is 4 sequences: 2 labels per pass, a label never split
+    assert args.micro_batches(6, sequences_per_row=4) == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    # off: the caller's default rows, else all
+    assert RunArgs().micro_batches(6, default=4, sequences_per_row=4) == [slice(0, 4), slice(4, 6)]
+    assert RunArgs().micro_batches(6) == [slice(0, 6)]

@@ -63,8 +63,8 @@ def test_finalize_rejects_bad_sizes():
     with pytest.raises(UserError, match="reward whitening groups hold 4 episodes"):
         args.finalize()
     args = train_policy.build_args("sentiment")
-    args.micro_batch_size = 48
-    with pytest.raises(UserError, match="--micro-batch-size"):
+    args.micro_batch_sequences = 48
+    with pytest.raises(UserError, match="--micro-batch-sequences"):
         args.finalize()
 
 
@@ -91,7 +91,7 @@ def _rollout_data(policy, n=16, response_length=5):
 def _args(micro):
     args = train_policy.build_args("sentiment")
     args.ppo.batch_size, args.ppo.noptepochs, args.num_ranks, args.ppo.lr = 16, 1, 2, 1e-3
-    args.micro_batch_size = micro
+    args.micro_batch_sequences = micro
     return args.finalize(check_inputs=False)
 
 
@@ -199,13 +199,13 @@ def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
 
 
 def test_run_options_reach_the_reward_model_run(monkeypatch):
-    # --compile, --device, --no-tf32, --micro-batch-size: train_policy.py trains its reward model with the same options
+    # --compile, --device, --no-tf32, --micro-batch-sequences: train_policy.py trains its reward model with the same options
     import train_reward
     from lm_human_preference_details.tasks import parse_args
 
-    argv = ["--task", "sentiment", "--compile", "--no-tf32", "--device", "cpu", "--micro-batch-size", "16"]
+    argv = ["--task", "sentiment", "--compile", "--no-tf32", "--device", "cpu", "--micro-batch-sequences", "16"]
     args = parse_args(train_policy.build_args, "test", argv).finalize(check_inputs=False)
-    assert (args.compile, args.tf32, args.device, args.micro_batch_size) == (True, False, "cpu", 16)
+    assert (args.compile, args.tf32, args.device, args.micro_batch_sequences) == (True, False, "cpu", 16)
     assert parse_args(train_reward.build_args, "test", ["--compile"]).compile is True
     assert parse_args(train_policy.build_args, "test", []).compile is False
     seen = {}
@@ -221,6 +221,6 @@ def test_run_options_reach_the_reward_model_run(monkeypatch):
     with pytest.raises(Stop):
         train_policy.get_reward_model(args, tokenizer=None, device="cpu")
     reward_args = seen["args"]
-    options = (reward_args.compile, reward_args.tf32, reward_args.device, reward_args.micro_batch_size)
+    options = (reward_args.compile, reward_args.tf32, reward_args.device, reward_args.micro_batch_sequences)
     assert options == (True, False, "cpu", 16)
     assert reward_args.output_dir.endswith("policy_sentiment_seed1/reward")

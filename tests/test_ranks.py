@@ -222,6 +222,6 @@ def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
 
     policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
     _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
-    _run("train_policy.py", 2, *policy, "--micro-batch-size", 2, "--output-dir", tmp_path / "p2")
+    _run("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
-    assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_size"] == 2
+    assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2

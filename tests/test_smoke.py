@@ -176,8 +176,13 @@ REWARD_CASES = [
     pytest.param(["--batch-size", -16], "--batch-size is -16", id="batch-size-negative"),
     pytest.param(["--labels.num-train", 0], "--labels.num-train is 0", id="num-train-0"),
     pytest.param(["--labels.num-train", -64], "--labels.num-train is -64", id="num-train-negative"),
-    pytest.param(["--micro-batch-size", -1], "--micro-batch-size is -1", id="micro-batch-size-negative"),
+    pytest.param(["--micro-batch-sequences", -1], "--micro-batch-sequences is -1", id="micro-batch-sequences-negative"),
     pytest.param(["--normalize-samples", -5], "--normalize-samples is -5", id="normalize-samples-negative"),
+    pytest.param(["--normalize-samples", 0], "--normalize-samples is 0", id="normalize-samples-0-is-not-off"),
+    pytest.param(["--micro-batch-sequences", 6], "must be a multiple of 4: a label is 4 query-response sequences",
+                 id="micro-batch-sequences-splits-a-label"),
+    pytest.param(["--micro-batch-sequences", 12], "must hold a divisor of batch_size (16) rows of 4 sequence(s)",
+                 id="micro-batch-sequences-not-dividing"),
     pytest.param(["--task.query-length", 240], "= 264 positions, but --base-model {a}/tiny-gpt2 has room for 256",
                  id="longer-than-context"),
     pytest.param(["--task.temperature", 0], "--task.temperature is 0", id="temperature-0"),
@@ -255,7 +260,7 @@ def policy_args(assets, reward_dir, out):
     return ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_dir,
             "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 48, "--ppo.batch-size", 16,
             "--num-ranks", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-4, "--rewards.target", 0.5,
-            "--log-interval", 1, "--save-interval", 2, "--output-dir", out, "--device", "cpu"]
+            "--sample-print-interval", 1, "--save-interval", 2, "--output-dir", out, "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -338,11 +343,11 @@ POLICY_CASES = [
     pytest.param(["--ppo.nminibatches", 0], "--ppo.nminibatches is 0", id="nminibatches-0"),
     pytest.param(["--num-ranks", 0], "--num-ranks is 0", id="num-ranks-0"),
     pytest.param(["--ppo.noptepochs", 0], "--ppo.noptepochs is 0", id="noptepochs-0"),
-    pytest.param(["--log-interval", 0], "--log-interval is 0", id="log-interval-0"),
+    pytest.param(["--sample-print-interval", 0], "--sample-print-interval is 0", id="sample-print-interval-0"),
     pytest.param(["--save-interval", 0], "--save-interval is 0", id="save-interval-0"),
     pytest.param(["--ppo.total-episodes", 0], "--ppo.total-episodes is 0", id="total-episodes-0"),
     pytest.param(["--ppo.total-episodes", -48], "--ppo.total-episodes is -48", id="total-episodes-negative"),
-    pytest.param(["--micro-batch-size", -1], "--micro-batch-size is -1", id="micro-batch-size-negative"),
+    pytest.param(["--micro-batch-sequences", -1], "--micro-batch-sequences is -1", id="micro-batch-sequences-negative"),
     pytest.param(["--task.response-length", 240], "= 304 positions, but --base-model", id="longer-than-context"),
     pytest.param(["--device", "gpu"], "--device gpu is not a torch device", id="device-gpu"),
     pytest.param(["--rewards.trained-model", "{b}/policy"], "is a saved policy model (train_policy.py), not a reward model",
@@ -412,7 +417,7 @@ def test_combined_run_with_label_file_queries(assets, tmp_path):
                  f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 32, f"{new}batch-size", 16,
                  f"{new}lr", 2e-3, f"{new}rollout-batch-size", 16, f"{new}normalize-samples", 16, f"{new}eval-labels", 0,
                  f"{new}seed", 7, "--seed", 5, "--ppo.total-episodes", 32, "--ppo.batch-size", 16, "--num-ranks", 2,
-                 "--ppo.noptepochs", 1, "--log-interval", 1, "--output-dir", out, "--device", "cpu")
+                 "--ppo.noptepochs", 1, "--sample-print-interval", 1, "--output-dir", out, "--device", "cpu")
     assert result.returncode == 0, result.stderr[-3000:]
     _, _, hparams = load_model_dir(out / "reward" / "reward_model", "reward")
     assert hparams["seed"] == 7 and hparams["lr"] == 2e-3 and hparams["batch_size"] == 16  # the nested options

@@ -133,7 +133,7 @@ def test_default_reference_micro_batch():
     # on a GPU the reference's full-vocabulary logits of 512 episodes ran out of 80 GB: 128 per forward pass there
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert speed.default_reference_micro_batch(cuda, 512, 0) == 128
-    assert speed.default_reference_micro_batch(cuda, 512, 64) == 64  # --micro-batch-size, when given, for both
+    assert speed.default_reference_micro_batch(cuda, 512, 64) == 64  # --micro-batch-sequences, when given, for both
     assert speed.default_reference_micro_batch(cuda, 128, 0) == 0  # one forward pass of 128 already
     assert speed.default_reference_micro_batch(cuda, 200, 8) == 8  # 128 does not divide 200
     assert speed.default_reference_micro_batch(cpu, 512, 0) == 0
