@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 # Before torch loads: its CPU allocator then backs large tensors with 2 MiB pages, instead of faulting in a
-# fresh 4 KiB page at a time (a [50257, 768] gradient took 0.19 s to zero, 0.05 s with this; README, Speed)
+# fresh 4 KiB page at a time (a [50257, 768] gradient took 0.19 s to zero, 0.05 s with this; docs/speed.md)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import numpy as np
@@ -143,7 +143,7 @@ class Args(RunArgs):
     """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
     RunHParams: 50)"""
     bf16: bool = False
-    """bfloat16 autocast for every forward pass (a numerics deviation, README); log-softmax stays fp32"""
+    """bfloat16 autocast for every forward pass (a numerics deviation, README "Differences"); log-softmax stays fp32"""
     n_updates: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     rank_minibatch_size: tyro.conf.Suppress[int] = 0
@@ -206,14 +206,20 @@ def build_args(task_name: str) -> Args:
 
 def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
     """The finalized arguments of the reward run a policy run starts when --rewards.trained-model is not given."""
-    # OAI lm_human_preferences/train_policy.py: train, rewards.train_new_model (same task, run directory); its
-    # labels and hyperparameters from --rewards.train-new-model.*, every run option (the ranks too) by construction
+    # OAI lm_human_preferences/train_policy.py: train, rewards.train_new_model (same task, run directory): its labels
+    # and hyperparameters from --rewards.train-new-model.*, this run's task, base model and run options (the ranks too)
     new = args.rewards.train_new_model
-    run_options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunArgs)}
-    run_options["output_dir"] = str(Path(args.output_dir) / "reward")
-    run_options["seed"] = args.seed if new.seed is None else new.seed
-    hparams = {f.name: getattr(new, f.name) for f in dataclasses.fields(train_reward.RewardTrainHParams)}
-    reward_args = train_reward.Args(**hparams, **run_options, task=args.task, base_model=args.base_model)
+    reward_args = train_reward.Args(
+        labels=new.labels, batch_size=new.batch_size, lr=new.lr, rollout_batch_size=new.rollout_batch_size,
+        normalize_samples=new.normalize_samples, debug_normalize=new.debug_normalize,
+        normalize_before=new.normalize_before, normalize_after=new.normalize_after, eval_labels=new.eval_labels,
+        task=args.task, base_model=args.base_model, task_name=args.task_name,
+        seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"),
+        num_ranks=args.num_ranks, exact_ranks=args.exact_ranks, micro_batch_sequences=args.micro_batch_sequences,
+        device=args.device, tf32=args.tf32, compile=args.compile, keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume, overwrite=args.overwrite,
+        track=args.track, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
+    )
     return reward_args.finalize(check_inputs)
 
 

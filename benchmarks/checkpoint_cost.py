@@ -12,7 +12,7 @@ waits in `wait_copied` for the copy (its PPO epochs change the weights), then go
 medians of --repeats: the time `save` takes; the wait for the copy after the rollout; the stand-in's work lost while
 the thread copied and wrote (the thread's CPU time and its hold on Python's GIL), and its longest step; and, for
 comparison, the same save done without a thread. Reported against a sentiment run: 1954 updates of ~1.2 s on an H100
-(README "Speed"). The copy here is a memory copy on this machine's CPU; on a GPU box it is a DMA transfer to
+(docs/speed.md). The copy here is a memory copy on this machine's CPU; on a GPU box it is a DMA transfer to
 page-locked memory on a CUDA stream of its own.
 """
 

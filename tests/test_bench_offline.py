@@ -47,7 +47,7 @@ def test_offline_benchmark_table(tmp_path, offline_cache):
         assert abs(float(table["mean"][i]) - statistics.mean(values)) <= 0.0015, title
         low, high = map(float, table["min..max"][i].split(".."))
         assert (low, high) == (min(values), max(values)), title
-    # the verdict lines follow the rows: counted here from the summaries, against the README's targets
+    # the verdict lines follow the rows: counted here from the summaries, against docs/offline.md's targets
     meets = {s: (r["reward_model/heldout_accuracy"] >= 0.65, r["gold_gain_in_initial_stds"] >= 1.0,
                  0.5 * r["kl_target"] <= r["trained/kl"] <= 2 * r["kl_target"]) for s, r in summaries.items()}
     for i, prefix in enumerate(["- RM held-out accuracy >= 0.65", "- gold gain >= 1.0", "- final KL within"]):

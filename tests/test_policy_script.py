@@ -224,3 +224,35 @@ def test_run_options_reach_the_reward_model_run(monkeypatch):
     options = (reward_args.compile, reward_args.tf32, reward_args.device, reward_args.micro_batch_sequences)
     assert options == (True, False, "cpu", 16)
     assert reward_args.output_dir.endswith("policy_sentiment_seed1/reward")
+
+
+def test_the_reward_run_gets_every_option_of_the_policy_run():
+    # reward_run_args names every field it hands on; a field added to RunArgs or RewardTrainHParams and not handed on
+    # would keep its default here (and is caught: every value below differs from its default)
+    import dataclasses
+
+    import train_reward
+    from lm_human_preference_details.cli import RunArgs
+
+    args = train_policy.build_args("sentiment")
+    new = args.rewards.train_new_model
+    changed = {"seed": 7, "num_ranks": 4, "exact_ranks": True, "micro_batch_sequences": 8, "output_dir": "/tmp/p",
+               "device": "cpu", "tf32": False, "compile": True, "track": True, "wandb_project": "p",
+               "wandb_entity": "e", "resume": True, "overwrite": True, "keep_checkpoints": 3, "task_name": "tldr"}
+    assert set(changed) == {f.name for f in dataclasses.fields(RunArgs)} - {"world_size"}  # set by Ranks.start
+    for name, value in changed.items():
+        setattr(args, name, value)
+    hparams = {"batch_size": 8, "lr": 1e-4, "rollout_batch_size": 64, "normalize_samples": 64, "debug_normalize": 2,
+               "normalize_before": False, "normalize_after": False, "eval_labels": 16}
+    assert set(hparams) | {"labels"} == {f.name for f in dataclasses.fields(train_reward.RewardTrainHParams)}
+    for name, value in hparams.items():
+        setattr(new, name, value)
+    new.labels = dataclasses.replace(new.labels, num_train=64)
+    args.base_model = "/models/m"
+    reward_args = train_policy.reward_run_args(args, check_inputs=False)
+    assert {n: getattr(reward_args, n) for n in changed} == {**changed, "output_dir": "/tmp/p/reward"}
+    assert {n: getattr(reward_args, n) for n in hparams} == hparams
+    assert reward_args.labels.num_train == 64 and reward_args.base_model == "/models/m"
+    assert reward_args.task == args.task.resolved()
+    new.seed = 11  # --rewards.train-new-model.seed, when given, seeds the reward run alone
+    assert train_policy.reward_run_args(args, check_inputs=False).seed == 11
