@@ -311,6 +311,16 @@ def ppo_loss(policy: Policy, data: dict[str, torch.Tensor], idx: torch.Tensor, a
                   "val/clipfrac": vf_clipfrac}
 
 
+def autocast(args: Args, device: torch.device) -> torch.autocast:
+    """--bf16: bfloat16 autocast for the forward passes inside it (off: nothing).
+
+    Autocast keeps its bf16 copies of the weights until its outermost context exits, so a context must never span an
+    optimizer step: the forward passes after the step would run on the old weights' copies.
+    """
+    # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+
+
 def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor],
                args: Args, ranks: Ranks) -> list[dict[str, float]]:
     """Phase 5: noptepochs epochs over fresh permutations, one optimizer step per minibatch; -> each minibatch's
@@ -327,7 +337,8 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
             optimizer.zero_grad(set_to_none=True)
 
             def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in mb
-                return ppo_loss(policy, data, mb[rows], advantages[rows], returns[rows], ppo)
+                with autocast(args, ranks.device):  # a context per forward pass: the weights change at every step
+                    return ppo_loss(policy, data, mb[rows], advantages[rows], returns[rows], ppo)
 
             stats.append({**ranks.backward(loss_fn, len(mb), policy.parameters(), args.micro_batches),
                           **rank_moments(returns, data["values"][mb], ranks, args.rank_minibatch_size)})
@@ -407,8 +418,6 @@ def train(args: Args) -> dict:
     ranks = Ranks.start(args)  # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
     device = ranks.device
     compile_blocks(args.compile)
-    # DEVIATION (opt-in): bf16 autocast, --bf16; the original computed in fp32
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
     inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,
               args.rewards.train_new_model.labels.source]
     with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
@@ -416,11 +425,10 @@ def train(args: Args) -> dict:
         with ranks.main_first():  # process 0 builds any cached assets, the others read them
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        pad_id = tokenizer.pad_token_id
         reward_model, reward_hparams = get_reward_model(args, tokenizer, device)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
-        policy, ref_policy = initial_policies(args, pad_id, ranks)
+        policy, ref_policy = initial_policies(args, tokenizer.pad_token_id, ranks)
         optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5
         kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
                   if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4
@@ -449,11 +457,9 @@ def train(args: Args) -> dict:
             queries = next(sampler).to(device)  # [batch_size / world_size, query_length]: the held ranks' blocks
             # 1-4. rollout, reference log-probs, scores, rewards with the KL penalty
             kl_coef = kl_ctl.value
-            with autocast:
+            with autocast(args, device):
                 data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks, kl_coef)
-            # 5. PPO epochs
-            with autocast:
-                train_stats = ppo_epochs(policy, optimizer, data, args, ranks)
+            train_stats = ppo_epochs(policy, optimizer, data, args, ranks)  # 5. PPO epochs (autocast in each pass)
             check_finite(f"update {update}", scores=data["scores"], kl=data["kl"],
                          rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
             # 6. log, adapt kl_coef (E4, after the update, from the logged batch KL), save

@@ -81,6 +81,10 @@ class Args(RunArgs, RewardTrainHParams):
     label_n: tyro.conf.Suppress[int] = 4
     """N of best_of_N, read from labels.type by finalize()"""
 
+    def label_micro_batches(self, n: int, default: int | None = None) -> list[slice]:
+        """The slices of ``n`` labels one forward pass takes: --micro-batch-sequences counts a label's N sequences."""
+        return self.micro_batches(n, default, sequences_per_row=self.label_n)
+
     def finalize(self, check_inputs: bool = True) -> "Args":
         """Derived sizes and every check of the flags, each a one-line fix, before anything loads.
 
@@ -230,7 +234,7 @@ def heldout_results(run: Run, reward_model: RewardModel, labels: dict, args: Arg
 def heldout_accuracy(reward_model: RewardModel, labels: dict[str, torch.Tensor], args: Args, device) -> float:
     """Fraction of held-out labels whose best sample gets the highest reward (extra metric)."""
     correct = 0
-    for mb in args.micro_batches(len(labels["best"]), default=args.batch_size, sequences_per_row=args.label_n):
+    for mb in args.label_micro_batches(len(labels["best"]), default=args.batch_size):
         rewards = rewards_of_labels(reward_model, labels["queries"][mb].to(device), labels["samples"][mb].to(device))
         correct += (rewards.argmax(1).cpu() == labels["best"][mb]).sum().item()
     return correct / len(labels["best"])
@@ -258,8 +262,7 @@ def train(args: Args) -> Path:
         train_labels, eval_labels, n_total = split_labels(args, label_path, pad_id)
 
         # the initial policy samples the normalisation queries; the reward model starts from the same LM
-        policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device)
-        policy.requires_grad_(False)
+        policy = Policy(load_lm(args.base_model), pad_id, args.task.temperature).to(device).requires_grad_(False)
         reward_model = RewardModel(load_lm(args.base_model), pad_id).to(device)
         ranks.broadcast_parameters(reward_model)  # OAI train_reward.py: sync_models, every rank starts from rank 0's weights
         # E9 per-rank seeds: each held rank draws its block of every batch from its own query stream
@@ -269,7 +272,6 @@ def train(args: Args) -> Path:
 
         stats_fn = functools.partial(reward_stats, reward_model, policy, sampler, args, prefix=prefix, suffix=suffix,
                                      ranks=ranks)  # n samples -> their rewards' mean and std
-
         config = dataclasses.asdict(args)
         run.start(config, tokenizer=tokenizer)
         print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log
@@ -285,7 +287,6 @@ def train(args: Args) -> Path:
         # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
         optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
         permutation = torch.from_numpy(ranks.shared_permutation(args.labels.num_train))
-        label_micro_batches = functools.partial(args.micro_batches, sequences_per_row=args.label_n)  # whole labels
         for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
                                                                      "lr": "train_reward/minibatch/lr"}):
             start = batch * args.batch_size
@@ -297,7 +298,7 @@ def train(args: Args) -> Path:
             def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
                 return label_loss(reward_model, train_labels, indices[rows], device)
 
-            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), label_micro_batches)  # E10
+            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)  # E10
             optimizer.step()
             # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
             loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()

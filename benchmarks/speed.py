@@ -188,7 +188,8 @@ def straightforward_ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer,
             micro = args.micro_batch_sequences or len(mb)
             for i in range(0, len(mb), micro):
                 idx, part, weight = mb[i : i + micro], slice(i, i + micro), min(micro, len(mb) - i) / len(mb)
-                out = straightforward_analyze(policy, contexts[idx], context_mask[idx], data["responses"][idx])
+                with _autocast(policy.head.weight.device, args):  # a context per pass: the weights change at every step
+                    out = straightforward_analyze(policy, contexts[idx], context_mask[idx], data["responses"][idx])
                 vf_loss, vf_clipfrac = value_loss(out["values"], data["values"][idx], returns[part], ppo.cliprange_value)
                 pg_loss, pg_clipfrac, approxkl = policy_loss(out["logprobs"], data["logprobs"][idx], advantages[part],
                                                              ppo.cliprange)
@@ -367,7 +368,7 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
     ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks)
     cpu_start = _cpu_seconds()
     with timer("total"):
-        with _autocast(device, args):  # as train_policy.train wraps the rollout and the PPO epochs
+        with _autocast(device, args):  # as train_policy.train wraps the rollout
             if path == "ours":
                 data = our_rollout(policy, ref_policy, reward_model, queries, args, timer, ranks)
             else:
@@ -376,7 +377,7 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
                                                                   kl_coef)
         ppo_data = data if ppo_data is None else ppo_data
         ranks = Ranks(args.num_ranks, seed, device, exact=args.exact_ranks)  # the same permutations in both
-        with timer("ppo"), _autocast(device, args):
+        with timer("ppo"):  # autocast in each forward pass, as train_policy.ppo_epochs has it
             run_epochs = train_policy.ppo_epochs if path == "ours" else straightforward_ppo_epochs
             stats = run_epochs(policy, optimizer, ppo_data, args, ranks)
     timer.cpu_seconds = _cpu_seconds() - cpu_start
@@ -384,8 +385,8 @@ def one_update(path: str, models, queries, args, initial: dict, device: torch.de
 
 
 def _autocast(device: torch.device, args: train_policy.Args):
-    """bfloat16 autocast with --bf16 (train_policy.Args.bf16), else nothing."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    """bfloat16 autocast with --bf16 (train_policy.autocast), else nothing."""
+    return train_policy.autocast(args, device)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

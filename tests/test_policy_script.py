@@ -171,11 +171,28 @@ def test_bf16_autocast_keeps_the_maths_close(tiny_model_dir):
         torch.manual_seed(0)
         policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
         data = _rollout_data(policy)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-3), data, _args(0), Ranks(2, seed=0))
+        args = _args(0)
+        args.bf16 = bf16
+        stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-3), data, args, Ranks(2, seed=0))
         results.append(stats[0])
     assert results[0]["policy/entropy"] == pytest.approx(results[1]["policy/entropy"], rel=0.05)
     assert results[0]["loss/value"] == pytest.approx(results[1]["loss/value"], rel=0.05)
+
+
+def test_bf16_epochs_after_the_first_step_see_the_new_weights(tiny_model_dir):
+    # autocast keeps its bf16 weight copies until its context exits: one context around the PPO epochs ran every epoch
+    # after the first on the weights from before the first step (the second epoch's ratio stayed 1)
+    approxkl = {}
+    for bf16 in (False, True):
+        torch.manual_seed(0)
+        policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
+        data = _rollout_data(policy)
+        args = _args(0)
+        args.ppo.noptepochs, args.ppo.lr, args.bf16 = 2, 1e-2, bf16
+        stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-2), data, args, Ranks(2, seed=0))
+        approxkl[bf16] = [s["policy/approxkl"] for s in stats]
+    assert approxkl[False][1] > 100 * abs(approxkl[False][0])  # the step moved the policy away from the rollout's
+    assert approxkl[True][1] == pytest.approx(approxkl[False][1], rel=0.2)
 
 
 def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
