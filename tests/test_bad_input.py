@@ -78,31 +78,20 @@ def _set(args, field: str, value) -> None:
     setattr(target, name, value)
 
 
-@pytest.mark.parametrize("field, value, message", POLICY_VALUES)
-def test_policy_values_the_original_would_reject_are_refused(field, value, message, tmp_path):
-    import train_policy
+@pytest.mark.parametrize("script, field, value, message", [("train_policy", *case) for case in POLICY_VALUES]
+                         + [("train_reward", *case) for case in REWARD_VALUES])
+def test_values_the_original_would_reject_are_refused(script, field, value, message, tmp_path):
+    import importlib
+
     from lm_human_preference_details.cli import UserError
 
-    args = train_policy.build_args("sentiment")
+    args = importlib.import_module(script).build_args("sentiment")
     args.output_dir = str(tmp_path / "run")
     _set(args, field, value)
     with pytest.raises(UserError) as e:
         args.finalize(check_inputs=False)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("field, value, message", REWARD_VALUES)
-def test_reward_values_the_original_would_reject_are_refused(field, value, message, tmp_path):
-    import train_reward
-    from lm_human_preference_details.cli import UserError
-
-    args = train_reward.build_args("sentiment")
-    args.output_dir = str(tmp_path / "run")
-    _set(args, field, value)
-    with pytest.raises(UserError) as e:
-        args.finalize(check_inputs=False)
-    assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
 def test_the_edges_of_each_range_are_accepted(tmp_path):

@@ -114,13 +114,18 @@ def test_baseline_cache_is_aligned_to_ppo_updates(setup):
     assert runs["runA"]["train_reward/minibatch/loss"][0].tolist() == list(range(OFFSET))  # keeps its batch index
 
 
-def test_approx_table_std_stand_in_and_verdicts(tmp_path, monkeypatch):
+def use_approx_table(tmp_path, monkeypatch) -> None:
+    """A small approximate baseline table (score at updates 0, 3, 4; bands at 3 and 4) in place of the shipped one."""
     approx = tmp_path / "approx.csv"
     approx.write_text("task,metric,step,value_mean,band_low,band_high\n"
                       "sentiment,ppo/objective/score,0,-0.6,,\n"
                       "sentiment,ppo/objective/score,3,1.5,1.2,1.8\n"
                       "sentiment,ppo/objective/score,4,2.0,1.0,3.0\n")
     monkeypatch.setattr(compare, "APPROX_CSV", approx)
+
+
+def test_approx_table_std_stand_in_and_verdicts(tmp_path, monkeypatch):
+    use_approx_table(tmp_path, monkeypatch)
     for seed in (1, 2):
         write_run(tmp_path / "runs" / f"policy_sentiment_seed{seed}", {SCORE: [0, 0, 0, 2.4, 2.8]})
     argv = ["--task", "sentiment", "--ours", str(tmp_path / "runs" / "policy_{task}_seed*"), "--metrics", "score",
@@ -285,12 +290,7 @@ def test_curves_png_beside_the_report_with_a_panel_per_checked_metric(setup, mon
 
 
 def test_curves_over_the_approx_table(tmp_path, monkeypatch):
-    approx = tmp_path / "approx.csv"
-    approx.write_text("task,metric,step,value_mean,band_low,band_high\n"
-                      "sentiment,ppo/objective/score,0,-0.6,,\n"
-                      "sentiment,ppo/objective/score,3,1.5,1.2,1.8\n"
-                      "sentiment,ppo/objective/score,4,2.0,1.0,3.0\n")
-    monkeypatch.setattr(compare, "APPROX_CSV", approx)
+    use_approx_table(tmp_path, monkeypatch)
     figures = drawn_panels(monkeypatch)
     write_run(tmp_path / "runs" / "policy_sentiment_seed1", {SCORE: [0, 0, 0, 2.4, 2.8]})
     compare.main(["--task", "sentiment", "--ours", str(tmp_path / "runs" / "policy_{task}_seed*"), "--metrics", "score",
