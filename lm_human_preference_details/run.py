@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -268,6 +269,14 @@ def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc:
         shutdown_distributed()
 
 
+def draw_curves(run_dir: Path) -> None:
+    """RUN/curves.png (plots.write_run_curves); a picture that cannot be drawn is a warning, never the end of a run."""
+    try:
+        write_run_curves(run_dir)
+    except Exception as e:  # matplotlib's errors are many; the checkpoint beside it is what matters
+        print(f"warning: {run_dir / 'curves.png'} not drawn ({type(e).__name__}: {e}); training goes on", file=sys.stderr)
+
+
 class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 
@@ -441,7 +450,7 @@ class Run:
             for name, model in copies.items():
                 save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
             if self.kind == "policy":
-                write_run_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
+                draw_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
 
         return self.saver.save(done, state, write_models)
 

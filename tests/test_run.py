@@ -378,3 +378,15 @@ def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_pat
             os.waitpid(pid, 0)
     after = snapshot(home)
     assert {k: after.get(k) for k in before} == before
+
+
+def test_curves_that_cannot_be_drawn_are_a_warning_not_the_end_of_the_run(tmp_path, monkeypatch, capsys):
+    import lm_human_preference_details.run as run_module
+
+    def broken(run_dir):
+        raise ValueError("no metrics yet")
+
+    monkeypatch.setattr(run_module, "write_run_curves", broken)
+    run_module.draw_curves(tmp_path)  # returns: the checkpoint beside it is written all the same
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: {tmp_path / 'curves.png'} not drawn (ValueError: no metrics yet); training goes on"]
