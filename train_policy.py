@@ -266,7 +266,7 @@ def rollout(policy: Policy, ref_policy: Policy, reward_model: RewardModel, queri
     contexts = format_queries(queries, prefix, suffix)  # [b, prefix + query_length + suffix]
     # E9 per-rank seeds: each rank's sampling noise from its own generator, drawn for the whole batch (micro-batches
     # do not change it)
-    uniforms = ranks.uniforms(len(queries) // len(ranks.held), task.response_length)  # [b, response_length]
+    uniforms = ranks.draws.uniforms(len(queries) // len(ranks.held), task.response_length)  # [b, response_length]
     chunks = []
     for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
         # 1. C1/C2: the sampling pass gives responses, their log-probs and values
@@ -291,7 +291,8 @@ def minibatch_indices(ranks: Ranks, args: Args) -> list[torch.Tensor]:
     minibatch j joins every held rank's j-th slice."""
     # OAI lm_human_preferences/train_policy.py: PPOTrainer.train, np.random.permutation per rank per epoch
     per_rank = args.ppo.batch_size // args.num_ranks
-    permutations = [torch.from_numpy(p) + i * per_rank for i, p in enumerate(ranks.minibatch_permutations(per_rank))]
+    shares = ranks.draws.minibatch_permutations(per_rank)  # each held rank's own order of its share
+    permutations = [torch.from_numpy(p) + i * per_rank for i, p in enumerate(shares)]
     order = torch.stack(permutations)  # [held ranks, per_rank]
     return [order[:, s : s + args.rank_minibatch_size].reshape(-1) for s in range(0, per_rank, args.rank_minibatch_size)]
 
@@ -439,7 +440,7 @@ def train(args: Args) -> dict:
         prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
         config = dataclasses.asdict(args)
         # everything the next update depends on: a checkpoint saves it, --resume loads it into these objects
-        objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks}
+        objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks.draws}
         first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": fingerprint(reward_model)},
                                  models={"policy": policy}, tokenizer=tokenizer)
         print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log

@@ -162,7 +162,7 @@ def reward_stats(reward_model: RewardModel, policy: Policy, sampler: Iterator[to
     for _ in progress(range(n_batches), desc="sampling to normalise rewards", leave=False, disable=not ranks.is_main):
         queries = next(sampler).to(policy.head.weight.device)  # [rollout_batch_size / world_size, query_length]
         contexts = format_queries(queries, prefix, suffix)
-        uniforms = ranks.uniforms(len(queries) // len(ranks.held), args.task.response_length)  # each rank's own noise
+        uniforms = ranks.draws.uniforms(len(queries) // len(ranks.held), args.task.response_length)  # each rank's own noise
         batch = []
         for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
             # responses are NOT truncated here: the original scores the raw samples
@@ -286,7 +286,7 @@ def train(args: Args) -> Path:
 
         # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
         optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
-        permutation = torch.from_numpy(ranks.shared_permutation(args.labels.num_train))
+        permutation = torch.from_numpy(ranks.draws.shared_permutation(args.labels.num_train))
         for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
                                                                      "lr": "train_reward/minibatch/lr"}):
             start = batch * args.batch_size

@@ -30,7 +30,7 @@ def sample_from_weights(weights: torch.Tensor, generator: torch.Generator | None
                         u: torch.Tensor | None = None) -> torch.Tensor:
     """[b, v] non-negative weights (probabilities up to a factor per row) -> [b, 1] tokens drawn in proportion.
 
-    The row's uniform in [0, 1) is ``u`` ([b, 1] float64, e.g. drawn per emulated rank by `Ranks.uniforms`) when
+    The row's uniform in [0, 1) is ``u`` ([b, 1] float64, e.g. drawn per emulated rank by `RankDraws.uniforms`) when
     given, else a fresh draw from ``generator`` (the global generator when None).
 
     Two levels (a block of tokens, then a token inside it) keep every cumulative sum short and in float64,

@@ -291,7 +291,7 @@ class Policy(LMWithHead):
                uniforms: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Sample exactly ``length`` tokens per context with a KV cache (FIDELITY C1, C2).
 
-        Step t of row i inverts the CDF at ``uniforms[i, t]`` ([b, length] float64, `Ranks.uniforms`: each
+        Step t of row i inverts the CDF at ``uniforms[i, t]`` ([b, length] float64, `RankDraws.uniforms`: each
         emulated rank's own noise) when given, else at a fresh uniform from ``generator``.
 
         Returns responses [b, length], their log-probs under the temperature-scaled logits and the

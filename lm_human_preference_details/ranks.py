@@ -98,7 +98,8 @@ def shutdown_distributed() -> None:
 
 
 class Ranks:
-    """The emulated ranks this process holds, their random generators, and the collectives over processes."""
+    """The emulated ranks this process holds, the rows and blocks they take, and the collectives over processes; each
+    rank's own random draws are `draws` (RankDraws)."""
 
     @classmethod
     def start(cls, args) -> "Ranks":
@@ -118,12 +119,9 @@ class Ranks:
         self.exact = exact
         if self.world_size > 1 and not dist.is_initialized():
             raise RuntimeError("call setup_distributed(device) before Ranks under torchrun")
-        self.num_ranks, self.seed, self.device = num_ranks, seed, torch.device(device)
+        self.num_ranks, self.device = num_ranks, torch.device(device)
         self.held = held_ranks(num_ranks, self.world_size, self.process)
-        # each rank's sampling noise (torch, on the run's device) and permutations (numpy's legacy global state:
-        # RandomState(s).permutation(n) is what np.random.seed(s); np.random.permutation(n) gave the original)
-        self.torch_generators = [torch.Generator(self.device).manual_seed(rank_seed(seed, r)) for r in self.held]
-        self.numpy_generators = [np.random.RandomState(rank_seed(seed, r)) for r in self.held]
+        self.draws = RankDraws(self, seed)  # each held rank's own random draws (E9 per-rank seeds)
 
     @property
     def is_main(self) -> bool:
@@ -136,30 +134,6 @@ class Ranks:
             raise UserError(f"{what} of {total} does not split into --num-ranks ({self.num_ranks}) equal shares; "
                             f"change it or --num-ranks")
         return total // self.num_ranks * len(self.held)
-
-    # -------------------------------------------------------------------------- per-rank draws
-    def uniforms(self, rows_per_rank: int, steps: int) -> torch.Tensor:
-        """[held * rows_per_rank, steps] float64 uniforms: rank r's rows from rank r's generator, step by step.
-
-        Column t of rank r's block is the t-th draw of rows_per_rank numbers from its generator, so a micro-batch
-        of any rows reads the numbers the full batch would, and rank r alone with its generator draws them too.
-        """
-        blocks = [torch.rand(steps, rows_per_rank, dtype=torch.float64, generator=g, device=self.device).t()
-                  for g in self.torch_generators]  # [rows_per_rank, steps] each
-        return torch.cat(blocks)
-
-    def minibatch_permutations(self, rows_per_rank: int) -> list[np.ndarray]:
-        """One epoch's permutation of each held rank's rows, from that rank's numpy generator."""
-        # OAI lm_human_preferences/train_policy.py: PPOTrainer.train, np.random.permutation per rank per epoch
-        return [g.permutation(rows_per_rank) for g in self.numpy_generators]
-
-    def shared_permutation(self, n: int) -> np.ndarray:
-        """A permutation of n drawn by rank 0 and given to every process (the original's comm.bcast)."""
-        # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, comm.bcast(np.random.permutation(n))
-        permutation = [self.numpy_generators[0].permutation(n) if self.is_main else None]
-        if self.world_size > 1:
-            dist.broadcast_object_list(permutation, src=0)
-        return permutation[0]
 
     def rank_rows(self, indices: torch.Tensor) -> torch.Tensor:
         """The rows of a whole batch of ``indices`` that the held ranks take: rank r takes indices[r::R], in rank order."""
@@ -270,23 +244,57 @@ class Ranks:
         if self.is_main:
             self.barrier()
 
-    # -------------------------------------------------------------------------- checkpoints
+
+class RankDraws:
+    """Each held rank's own random draws (FIDELITY E9 per-rank seeds): rank r's sampling noise from a torch generator
+    on the run's device, its permutations from numpy's legacy state (RandomState(s).permutation(n) is what
+    np.random.seed(s); np.random.permutation(n) gave the original), both seeded with rank_seed(seed, r); and their
+    checkpoint state, every rank's, gathered from every process."""
+
+    def __init__(self, ranks: Ranks, seed: int):
+        self.ranks, self.seed = ranks, seed
+        self.torch_generators = [torch.Generator(ranks.device).manual_seed(rank_seed(seed, r)) for r in ranks.held]
+        self.numpy_generators = [np.random.RandomState(rank_seed(seed, r)) for r in ranks.held]
+
+    def uniforms(self, rows_per_rank: int, steps: int) -> torch.Tensor:
+        """[held * rows_per_rank, steps] float64 uniforms: rank r's rows from rank r's generator, step by step.
+
+        Column t of rank r's block is the t-th draw of rows_per_rank numbers from its generator, so a micro-batch
+        of any rows reads the numbers the full batch would, and rank r alone with its generator draws them too.
+        """
+        blocks = [torch.rand(steps, rows_per_rank, dtype=torch.float64, generator=g, device=self.ranks.device).t()
+                  for g in self.torch_generators]  # [rows_per_rank, steps] each
+        return torch.cat(blocks)
+
+    def minibatch_permutations(self, rows_per_rank: int) -> list[np.ndarray]:
+        """One epoch's permutation of each held rank's rows, from that rank's numpy generator."""
+        # OAI lm_human_preferences/train_policy.py: PPOTrainer.train, np.random.permutation per rank per epoch
+        return [g.permutation(rows_per_rank) for g in self.numpy_generators]
+
+    def shared_permutation(self, n: int) -> np.ndarray:
+        """A permutation of n drawn by rank 0 and given to every process (the original's comm.bcast)."""
+        # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, comm.bcast(np.random.permutation(n))
+        permutation = [self.numpy_generators[0].permutation(n) if self.ranks.is_main else None]
+        if self.ranks.world_size > 1:
+            dist.broadcast_object_list(permutation, src=0)
+        return permutation[0]
+
     def state_dict(self) -> dict:
         """Every emulated rank's generator states (gathered from all processes), keyed by rank."""
         local = {r: {"torch": g.get_state(), "numpy": pack_numpy_state(n.get_state())}
-                 for r, g, n in zip(self.held, self.torch_generators, self.numpy_generators)}
-        if self.world_size > 1:
-            gathered: list = [None] * self.world_size
+                 for r, g, n in zip(self.ranks.held, self.torch_generators, self.numpy_generators)}
+        if self.ranks.world_size > 1:
+            gathered: list = [None] * self.ranks.world_size
             dist.all_gather_object(gathered, local)
             local = {r: s for part in gathered for r, s in part.items()}
-        return {"num_ranks": self.num_ranks, "seed": self.seed, "ranks": local}
+        return {"num_ranks": self.ranks.num_ranks, "seed": self.seed, "ranks": local}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the held ranks' generators from `state_dict` (saved with any number of processes)."""
-        if state["num_ranks"] != self.num_ranks:
-            raise UserError(f"the checkpoint has {state['num_ranks']} emulated ranks, this run {self.num_ranks}; "
+        if state["num_ranks"] != self.ranks.num_ranks:
+            raise UserError(f"the checkpoint has {state['num_ranks']} emulated ranks, this run {self.ranks.num_ranks}; "
                             f"pass --num-ranks {state['num_ranks']}")
-        for r, g, n in zip(self.held, self.torch_generators, self.numpy_generators):
+        for r, g, n in zip(self.ranks.held, self.torch_generators, self.numpy_generators):
             g.set_state(state["ranks"][r]["torch"])
             n.set_state(unpack_numpy_state(state["ranks"][r]["numpy"]))
 

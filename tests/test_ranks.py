@@ -31,7 +31,7 @@ def test_rank_seeds_and_shares_by_hand():
 
 def test_uniforms_are_each_ranks_own_draws_step_by_step():
     ranks = Ranks(3, seed=5)
-    u = ranks.uniforms(rows_per_rank=2, steps=4)  # [6, 4]
+    u = ranks.draws.uniforms(rows_per_rank=2, steps=4)  # [6, 4]
     for r in range(3):  # naive: rank r's generator, one draw of its 2 rows per sampling step
         g = torch.Generator().manual_seed(5 + r * 100003)
         expected = torch.cat([torch.rand(2, 1, dtype=torch.float64, generator=g) for _ in range(4)], dim=1)
@@ -44,7 +44,7 @@ def test_sampler_draws_each_ranks_rows_from_its_generator(tiny_model_dir):
     contexts = torch.randint(0, PAD, (8, 6))
     contexts[1, 3:] = PAD
     ranks = Ranks(4, seed=11)  # 2 rows per rank
-    out = policy.sample(contexts, 5, uniforms=ranks.uniforms(2, 5))
+    out = policy.sample(contexts, 5, uniforms=ranks.draws.uniforms(2, 5))
     for r in range(4):  # naive: rank r alone samples its 2 rows with its own generator (the original's rank r)
         alone = policy.sample(contexts[2 * r : 2 * r + 2], 5, generator=torch.Generator().manual_seed(11 + r * 100003))
         assert torch.equal(out["responses"][2 * r : 2 * r + 2], alone["responses"])
@@ -53,7 +53,7 @@ def test_sampler_draws_each_ranks_rows_from_its_generator(tiny_model_dir):
 
 def test_minibatch_permutations_are_each_ranks_numpy_stream():
     ranks = Ranks(2, seed=7)
-    first, second = ranks.minibatch_permutations(16), ranks.minibatch_permutations(16)
+    first, second = ranks.draws.minibatch_permutations(16), ranks.draws.minibatch_permutations(16)
     for r in range(2):  # the original: np.random.seed(seed + rank * 100003), then np.random.permutation per epoch
         np.random.seed(7 + r * 100003)
         assert first[r].tolist() == np.random.permutation(16).tolist()
@@ -64,20 +64,20 @@ def test_label_rows_and_shared_permutation():
     ranks = Ranks(4, seed=2)
     assert ranks.rank_rows(torch.arange(10, 18)).tolist() == [10, 14, 11, 15, 12, 16, 13, 17]  # indices[r::4], r = 0..3
     np.random.seed(2)  # rank 0's draw, which the original broadcast to every rank
-    assert ranks.shared_permutation(12).tolist() == np.random.permutation(12).tolist()
+    assert ranks.draws.shared_permutation(12).tolist() == np.random.permutation(12).tolist()
 
 
 def test_state_dict_restores_every_ranks_generators():
     ranks = Ranks(2, seed=3)
-    ranks.uniforms(4, 2), ranks.minibatch_permutations(8)
-    state = ranks.state_dict()
-    expected = ranks.uniforms(4, 2), ranks.minibatch_permutations(8)
+    ranks.draws.uniforms(4, 2), ranks.draws.minibatch_permutations(8)
+    state = ranks.draws.state_dict()
+    expected = ranks.draws.uniforms(4, 2), ranks.draws.minibatch_permutations(8)
     restored = Ranks(2, seed=99)
-    restored.load_state_dict(state)
-    again = restored.uniforms(4, 2), restored.minibatch_permutations(8)
+    restored.draws.load_state_dict(state)
+    again = restored.draws.uniforms(4, 2), restored.draws.minibatch_permutations(8)
     assert torch.equal(expected[0], again[0]) and all((a == b).all() for a, b in zip(expected[1], again[1]))
     with pytest.raises(UserError, match="--num-ranks 2"):
-        Ranks(4, seed=3).load_state_dict(state)
+        Ranks(4, seed=3).draws.load_state_dict(state)
 
 
 def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
