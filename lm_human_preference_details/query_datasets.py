@@ -23,7 +23,7 @@ from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
 from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.hf_queries import HF_SOURCES, parquet_files
+from lm_human_preference_details.hf_queries import HF_SOURCES, check_parquet_column, parquet_files
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
 
 DATASETS = ("books-2019", "tldr-2019", "cnndm", "oai-label-queries")  # the 2019 sources, read by this module
@@ -151,8 +151,8 @@ def cnndm_texts(mode: str, seed: int = 0, stories_dir: str | os.PathLike | None 
 
 def check_query_dataset(dataset: str, *, query_length: int, labels_source: str | None, column: str = "text") -> None:
     """--task.query-dataset read as the run will read it, before anything is written: one of QUERY_DATASETS, or a local
-    .jsonl/.txt file of texts, or a .parquet file with a ``column``; for oai-label-queries, the label file's queries
-    (when it is on disk: a local file, or a URL's copy in the cache)."""
+    .jsonl/.txt file of texts, or a .parquet file or folder with a text ``column``; for oai-label-queries, the label
+    file's queries (when it is on disk: a local file, or a URL's copy in the cache)."""
     if dataset == "oai-label-queries":
         path = local_label_file(labels_source, "--labels.source") if labels_source else None
         if path is not None:
@@ -161,23 +161,15 @@ def check_query_dataset(dataset: str, *, query_length: int, labels_source: str |
     if dataset in QUERY_DATASETS:
         return
     path = Path(dataset).expanduser()
-    if (path.is_dir() or path.suffix == ".zip") and is_hf_source(dataset):
-        return  # a folder of parquet files or tldr-17's corpus archive: hf_queries checks its files when it finds them
+    if path.suffix == ".zip" and path.is_file():
+        return  # tldr-17's corpus archive: read (and checked line by line) once, when its table is built
+    if path.suffix == ".parquet" or (path.is_dir() and is_hf_source(dataset)):
+        check_parquet_column(parquet_files(dataset), column)  # the files the run reads, their split and schema
+        return
     if not path.is_file():
         raise UserError(f"--task.query-dataset {dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
                         "existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            names = pq.read_schema(path).names
-        except Exception as e:  # pyarrow's errors for a file that is not parquet: ArrowInvalid, OSError
-            raise UserError(f"--task.query-dataset {dataset} cannot be read as parquet ({type(e).__name__}: "
-                            f"{str(e)[:200]}); pass a parquet file with a {column!r} column") from None
-        if column not in names:
-            raise UserError(f"--task.query-dataset {dataset} has no column {column!r} (columns: {', '.join(names)}); "
-                            f"pass a parquet file with a {column!r} column")
-    elif not read_local_texts(path):
+    if not read_local_texts(path):
         raise UserError(f"--task.query-dataset {dataset} holds no texts; pass a file with at least one")
 
 
