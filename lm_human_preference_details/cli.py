@@ -41,6 +41,11 @@ def doing(what: str) -> Iterator[None]:
         raise
 
 
+def torchrun_rank() -> str:
+    """This process's rank in a torchrun job ("0" without torchrun): only process 0 speaks for the job."""
+    return os.environ.get("RANK") or "0"
+
+
 def _raise_interrupted(signum: int, frame) -> None:
     raise Interrupted(signum)
 
@@ -60,7 +65,7 @@ def run_main(main: Callable[[], object]) -> None:
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""
-        if os.environ.get("RANK", "0") in ("", "0"):
+        if torchrun_rank() == "0":
             print(f"error: interrupted by {signal.Signals(signum).name}{what}; nothing half-written is kept (a run keeps "
                   "its last checkpoint: continue with --resume)", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
@@ -77,8 +82,8 @@ def say_once(line: str) -> None:
     torchrun stops every process as soon as one fails. The other processes first wait OTHER_RANKS_WAIT_S for process 0
     to fail (torchrun then stops them); one still running after that met an error of its own and says it.
     """
-    rank = os.environ.get("RANK", "0")
-    if rank not in ("", "0"):
+    rank = torchrun_rank()
+    if rank != "0":
         try:
             time.sleep(OTHER_RANKS_WAIT_S)
         except (KeyboardInterrupt, Interrupted):  # torchrun stopping this process once process 0 has failed
@@ -138,7 +143,7 @@ def pick_device(name: str, tf32: bool = True) -> torch.device:
     finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
     if name == "auto":
         device, warning = auto_device()
-        if os.environ.get("RANK", "0") == "0":  # once per run under torchrun: every rank picks the same
+        if torchrun_rank() == "0":  # once per run under torchrun: every rank picks the same
             where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
             print_once(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only
             if warning:
