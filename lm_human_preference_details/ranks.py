@@ -128,13 +128,6 @@ class Ranks:
         """Only process 0 logs, prints and saves (the original's rank 0)."""
         return self.process == 0
 
-    def local_size(self, total: int, what: str = "a batch") -> int:
-        """Rows this process holds of ``total`` rows laid out rank by rank; each rank needs an equal share."""
-        if total % self.num_ranks:
-            raise UserError(f"{what} of {total} does not split into --num-ranks ({self.num_ranks}) equal shares; "
-                            f"change it or --num-ranks")
-        return total // self.num_ranks * len(self.held)
-
     def rank_rows(self, indices: torch.Tensor) -> torch.Tensor:
         """The rows of a whole batch of ``indices`` that the held ranks take: rank r takes indices[r::R], in rank order."""
         # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, all_ranks_indices[self.rank::self.num_ranks]
