@@ -44,7 +44,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
 from lm_human_preference_details.cli import UserError, run_main  # noqa: E402
-from lm_human_preference_details.plots import Panel, comparison_figure, mean_curve, save_figure  # noqa: E402
+from lm_human_preference_details.plots import (  # noqa: E402
+    BadMetricsRow,
+    Panel,
+    as_curves,
+    comparison_figure,
+    mean_curve,
+    read_curves,
+    save_figure,
+)
 
 APPROX_CSV = Path(__file__).resolve().parent / "data" / "oai_baseline_approx.csv"
 # shared/FIDELITY.md section F: the curves that say whether a run behaves like the baseline
@@ -68,24 +76,14 @@ class Final:
     step: int
 
 
-def as_series(points: dict[str, dict[int, float]]) -> Series:
-    return {m: (np.array(sorted(p), dtype=int), np.array([p[s] for s in sorted(p)], dtype=float)) for m, p in points.items()}
-
-
 def read_metrics_jsonl(path: Path) -> Series:
-    """Every scalar of a Tracker's metrics.jsonl (non-finite values are written as strings)."""
-    points: dict[str, dict[int, float]] = {}
+    """Every scalar of a Tracker's metrics.jsonl (plots.read_curves)."""
     if not path.is_file():
         raise UserError(f"{path.parent} holds no {path.name}")
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            row = json.loads(line)
-            step = int(row.pop("step"))
-            for k, v in row.items():
-                points.setdefault(k, {})[step] = float(v)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise UserError(f"{path}:{n}: not a row of scalars with a step") from None
-    return as_series(points)
+    try:
+        return read_curves(path)
+    except BadMetricsRow as e:
+        raise UserError(f"{path}:{e.line}: not a row of scalars with a step") from None
 
 
 def unwrap(node):
@@ -170,7 +168,7 @@ def read_baseline_cache(cache: Path, task: str, metrics: list[str]) -> dict[str,
         # the reward model's batches come first in the same history (156 for books, 2875 for tldr), then PPO
         first_ppo = min((s for m, p in points.items() if m.startswith("ppo/") for s in p), default=0)
         shift = {m: first_ppo if m.startswith("ppo/") else 0 for m in points}
-        runs[run_json.parent.name] = as_series({m: {s - shift[m]: v for s, v in p.items()} for m, p in points.items()})
+        runs[run_json.parent.name] = as_curves({m: {s - shift[m]: v for s, v in p.items()} for m, p in points.items()})
     if not runs:
         raise UserError(f"{cache} caches no run with task_id {task!r} and initial model {BASELINE_MODEL}")
     return runs

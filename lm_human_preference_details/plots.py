@@ -34,26 +34,36 @@ def _figure(rows: int, columns: int, figsize: tuple[float, float]):
     return fig, fig.subplots(rows, columns, squeeze=False)
 
 
-def read_curves(metrics_jsonl: Path) -> dict[str, Curve]:
-    """metric -> (steps, values) of a metrics.jsonl (non-finite values, logged as strings, read as floats)."""
+class BadMetricsRow(ValueError):
+    """A line of metrics.jsonl that is not a row of scalars with a step; ``line`` counts from 1."""
+
+    def __init__(self, line: int):
+        super().__init__(f"line {line}: not a row of scalars with a step")
+        self.line = line
+
+
+def as_curves(points: dict[str, dict[int, float]]) -> dict[str, Curve]:
+    """metric -> {step: value} as metric -> (steps, values), sorted by step."""
+    return {m: (np.array(sorted(p), dtype=int), np.array([p[s] for s in sorted(p)], dtype=float)) for m, p in points.items()}
+
+
+def read_curves(metrics_jsonl: Path, being_written: bool = False) -> dict[str, Curve]:
+    """metric -> (steps, values) of a Tracker's metrics.jsonl (non-finite values are logged as strings, read as floats);
+    BadMetricsRow names the first line that is not a row of scalars with a step. ``being_written``: the run is still
+    appending, so a half-written last line is left for the next reading."""
     points: dict[str, dict[int, float]] = {}
     lines = Path(metrics_jsonl).read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
+    for n, line in enumerate(lines, start=1):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # a row being appended while the background saver draws: drawn next time
-                continue
-            raise
-        step = int(row.pop("step"))
-        for key, value in row.items():
-            try:
+            step = int(row.pop("step"))
+            for key, value in row.items():
                 points.setdefault(key, {})[step] = float(value)
-            except (TypeError, ValueError):
+        except (ValueError, KeyError, TypeError, AttributeError):
+            if being_written and n == len(lines):
                 continue
-    return {k: (np.array(sorted(p), dtype=int), np.array([p[s] for s in sorted(p)], dtype=float)) for k, p in points.items()}
+            raise BadMetricsRow(n) from None
+    return as_curves(points)
 
 
 def kl_target(run_dir: Path) -> float | None:
@@ -68,7 +78,7 @@ def kl_target(run_dir: Path) -> float | None:
 def run_curves_figure(run_dir: str | Path):
     """The figure of a policy run's curves: one panel per RUN_PANELS metric (and OPTIONAL_PANELS it logs), x = update."""
     run_dir = Path(run_dir)
-    curves = read_curves(run_dir / "metrics.jsonl")
+    curves = read_curves(run_dir / "metrics.jsonl", being_written=True)
     panels = {**RUN_PANELS, **{k: t for k, t in OPTIONAL_PANELS.items() if k in curves}}
     target = kl_target(run_dir)
     fig, axes = _figure(1, len(panels), figsize=(4 * len(panels), 3.4))

@@ -58,3 +58,17 @@ def test_a_logged_gold_score_gets_its_panel_and_a_rewrite_replaces_the_png(tmp_p
         f.write("".join(json.dumps({**r, "ppo/objective/gold_score": 1.0}) + "\n" for r in ROWS[2:]))
     assert [ax.get_title() for ax in plots.run_curves_figure(run).axes][-1] == "gold score (offline labeler)"
     assert plots.write_run_curves(run).read_bytes() != first
+
+
+def test_a_half_written_last_row_waits_only_while_the_run_writes(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a": "nan"}\n{"step": 2, "a": 3.')
+    steps, values = plots.read_curves(path, being_written=True)["a"]  # the saver's thread draws while the run appends
+    assert steps.tolist() == [0, 1] and values[0] == 1.0 and math.isnan(values[1])
+    with pytest.raises(plots.BadMetricsRow) as e:  # a finished file (compare.py's reading): the line is named
+        plots.read_curves(path)
+    assert e.value.line == 3
+    path.write_text('{"step": 0, "a": 1.0}\n{"a": 2.0}\n{"step": 2, "a": 3.0}\n')
+    with pytest.raises(plots.BadMetricsRow) as e:  # only the last line may be half-written
+        plots.read_curves(path, being_written=True)
+    assert e.value.line == 2
