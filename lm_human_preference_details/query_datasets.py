@@ -23,7 +23,7 @@ from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
 from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.hf_queries import HF_SOURCES, check_parquet_column, parquet_files
+from lm_human_preference_details.hf_queries import HF_SOURCES, check_parquet_column, check_query_column, parquet_files
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
 
 DATASETS = ("books-2019", "tldr-2019", "cnndm", "oai-label-queries")  # the 2019 sources, read by this module
@@ -158,6 +158,8 @@ def check_query_dataset(dataset: str, *, query_length: int, labels_source: str |
         if path is not None:
             list(label_queries(str(path), query_length=query_length, pad_id=OAI_PAD))
         return
+    if is_hf_source(dataset):
+        check_query_column(dataset, column)  # a baseline source's fields, or the tldr-17 archive's
     if dataset in QUERY_DATASETS:
         return
     path = Path(dataset).expanduser()

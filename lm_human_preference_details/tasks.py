@@ -92,14 +92,11 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
     """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
     texts; for oai-label-queries, ``labels_source``'s queries), the base model (its files, or its hub config), a
     truncate token in its vocabulary and room in its context for prefix + query + suffix + response."""
-    from lm_human_preference_details.hf_queries import check_query_column
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import check_query_dataset, is_hf_source
+    from lm_human_preference_details.query_datasets import check_query_dataset
 
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
                         column=task.query_column)
-    if is_hf_source(task.query_dataset):
-        check_query_column(task.query_dataset, task.query_column)
     config = base_model_config(base_model)
     n_vocab = config.get("vocab_size")
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
