@@ -34,7 +34,7 @@ from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, 
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.hf_queries import print_first_query
-from lm_human_preference_details.labels import check_label_source, load_best_of_n_labels
+from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, set_lr
 from lm_human_preference_details.progress import progress
@@ -203,9 +203,7 @@ def split_labels(args: Args, path: Path, pad_id: int) -> tuple[dict, dict, int]:
     labels = load_best_of_n_labels(path, n=args.label_n, query_length=args.task.query_length,
                                    response_length=args.task.response_length, pad_id=pad_id)
     n_total, n_train = len(labels["best"]), args.labels.num_train
-    if n_total < n_train:
-        raise UserError(f"label file {path} holds {n_total} labels but labels.num_train is {n_train}; lower "
-                        "--labels.num-train")
+    check_enough_labels(path, n_total, n_train)  # a URL's file, downloaded since Args.finalize
     return ({k: v[:n_train] for k, v in labels.items()},
             {k: v[n_train : n_train + args.eval_labels] for k, v in labels.items()}, n_total)
 

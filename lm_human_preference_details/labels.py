@@ -34,8 +34,13 @@ def check_label_source(source: str, *, n: int, query_length: int, response_lengt
     if path is None:
         return
     labels = load_best_of_n_labels(path, n=n, query_length=query_length, response_length=response_length, pad_id=OAI_PAD)
-    if len(labels["best"]) < num_train:
-        raise UserError(f"label file {path} holds {len(labels['best'])} labels but --labels.num-train is {num_train}; "
+    check_enough_labels(path, len(labels["best"]), num_train)
+
+
+def check_enough_labels(path: str | Path, n_labels: int, num_train: int) -> None:
+    """A one-line UserError when the label file ``path`` holds fewer than --labels.num-train labels."""
+    if n_labels < num_train:
+        raise UserError(f"label file {path} holds {n_labels} labels but --labels.num-train is {num_train}; "
                         "lower --labels.num-train")
 
 
