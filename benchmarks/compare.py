@@ -83,7 +83,9 @@ def read_metrics_jsonl(path: Path) -> Series:
     try:
         return read_curves(path)
     except BadMetricsRow as e:
-        raise UserError(f"{path}:{e.line}: not a row of scalars with a step") from None
+        raise UserError(f"{path}:{e.line}: not a row of scalars with a step (or not UTF-8); fix or delete that line") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path} ({e.strerror or e})") from None
 
 
 def unwrap(node):
@@ -163,7 +165,7 @@ def read_baseline_cache(cache: Path, task: str, metrics: list[str]) -> dict[str,
                     for m in metrics:
                         if row.get(m):
                             points.setdefault(m, {})[int(float(row["_step"]))] = float(row[m])
-        except (OSError, ValueError, KeyError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, AttributeError, OverflowError) as e:  # ValueError: bad bytes too
             raise UserError(f"{run_json.parent}: not a run cached by openrlbenchmark ({type(e).__name__}: {e})") from None
         # the reward model's batches come first in the same history (156 for books, 2875 for tldr), then PPO
         first_ppo = min((s for m, p in points.items() if m.startswith("ppo/") for s in p), default=0)

@@ -85,9 +85,10 @@ def record_tokens(path: Path, i: int, record: object, key: str, length: int, pad
     if not isinstance(value, list) or len(value) != length:
         got = len(value) if isinstance(value, list) else type(value).__name__
         raise UserError(f"label file {path}, record {i}: field '{key}' must hold {length} tokens, got {got}")
-    if not all(isinstance(t, int) and (0 <= t < N_VOCAB or t == OAI_PAD) for t in value):
+    # a JSON true or false is no token (Python reads it as the int 1 or 0)
+    if not all(type(t) is int and (0 <= t < N_VOCAB or t == OAI_PAD) for t in value):
         raise UserError(f"label file {path}, record {i}: field '{key}' holds a token outside 0..{N_VOCAB - 1} "
-                        f"and pad {OAI_PAD}")
+                        f"and pad {OAI_PAD} (or a value that is not an integer)")
     if key == "query" and value and value[0] == OAI_PAD:
         # OAI lm_human_preferences/language/model.py: the model asserts a sequence's first token is real
         raise UserError(f"label file {path}, record {i}: field 'query' starts with the pad {OAI_PAD}; a query's first "

@@ -52,14 +52,14 @@ def read_curves(metrics_jsonl: Path, being_written: bool = False) -> dict[str, C
     BadMetricsRow names the first line that is not a row of scalars with a step. ``being_written``: the run is still
     appending, so a half-written last line is left for the next reading."""
     points: dict[str, dict[int, float]] = {}
-    lines = Path(metrics_jsonl).read_text().splitlines()
+    lines = Path(metrics_jsonl).read_bytes().splitlines()  # bytes: a line that is not UTF-8 is a bad row, named
     for n, line in enumerate(lines, start=1):
         try:
-            row = json.loads(line)
-            step = int(row.pop("step"))
+            row = json.loads(line.decode("utf-8"))
+            step = int(row.pop("step"))  # Infinity or 1e400: OverflowError
             for key, value in row.items():
                 points.setdefault(key, {})[step] = float(value)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             if being_written and n == len(lines):
                 continue
             raise BadMetricsRow(n) from None
