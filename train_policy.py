@@ -37,7 +37,7 @@ import tyro
 
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.model import (
@@ -182,6 +182,9 @@ class Args(RunArgs):
                             f"(nminibatches * num_ranks)); they need >= 8: raise --ppo.batch-size or lower "
                             f"--num-ranks")
         self.task = self.task.resolved()
+        new, labels = self.rewards.train_new_model, self.rewards.train_new_model.labels
+        new.labels = dataclasses.replace(labels, source=expand_home(labels.source))
+        self.base_model, self.rewards.trained_model = expand_home(self.base_model), expand_home(self.rewards.trained_model)
         check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
         self.finalize_run("policy", **{"the minibatch size": self.minibatch_size})
         if check_inputs:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
+from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.hf_queries import print_first_query
@@ -114,6 +114,8 @@ class Args(RunArgs, RewardTrainHParams):
                 raise UserError(f"{name} ({n}) does not split into --num-ranks ({self.num_ranks}) equal shares; "
                                 f"change --{name.replace('_', '-')} or --num-ranks")
         self.task = self.task.resolved()
+        self.base_model = expand_home(self.base_model)
+        self.labels = dataclasses.replace(self.labels, source=expand_home(self.labels.source))
         check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
         self.finalize_run("reward", sequences_per_row=self.label_n, batch_size=self.batch_size)
         if check_inputs:

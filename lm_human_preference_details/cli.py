@@ -208,20 +208,31 @@ def check_device(name: str) -> None:
         raise UserError(f"--device {name}: only cpu, cuda[:N] and mps are supported; {visible_devices()}")
 
 
-def check_output_dir(path: str) -> None:
-    """--output-dir is a directory, or can be made one: not a file, not under a file, writable. Writes nothing."""
-    target = Path(path).expanduser().absolute()
+def expand_home(path: Optional[str]) -> Optional[str]:
+    """A path flag as the user meant it, resolved once when the flags are parsed: a leading ``~`` or ``~user`` is that
+    home directory, also where the shell left it as typed (``--output-dir=~/runs``). Every check and every write then
+    uses the returned value. Hub model names, oai:NAME and URLs never start with ``~``."""
+    return os.path.expanduser(path) if path and path.startswith("~") else path
+
+
+def check_output_dir(path: str, flag: str = "--output-dir") -> None:
+    """``flag`` names a directory, or one that can be made: not a file, not under a file, not a link to nowhere,
+    writable. ``path`` is the flag's value after `expand_home`. Writes nothing."""
+    target = Path(path).absolute()
     if target.exists() and not target.is_dir():
-        raise UserError(f"--output-dir {path} is a file; pass a directory (it is made if missing)")
+        raise UserError(f"{flag} {path} is a file; pass a directory (it is made if missing)")
     existing = target
     while not existing.exists():
+        if existing.is_symlink():  # a link to nowhere: making the directory would fail, or write where it points
+            raise UserError(f"{flag} {path}: {existing} is a symbolic link to {os.readlink(existing)}, which does not "
+                            "exist; pass a directory path without a dangling link")
         existing = existing.parent
     if not existing.is_dir():
-        raise UserError(f"--output-dir {path} lies under the file {existing}; pass a directory path with no file in it")
+        raise UserError(f"{flag} {path} lies under the file {existing}; pass a directory path with no file in it")
     try:  # a real probe: os.access says yes to root on a read-only or special file system
         os.rmdir(tempfile.mkdtemp(prefix=".lmhp-write-check-", dir=existing))
     except OSError as e:
-        raise UserError(f"--output-dir {path} cannot be written (making a directory in {existing} failed: "
+        raise UserError(f"{flag} {path} cannot be written (making a directory in {existing} failed: "
                         f"{e.strerror or e}); pass a writable directory") from None
 
 
@@ -288,6 +299,7 @@ class RunArgs:
             raise UserError(f"--keep-checkpoints ({self.keep_checkpoints}) must be at least 1")
         if self.output_dir is None:
             self.output_dir = f"runs/{kind}_{self.task_name}_seed{self.seed}"
+        self.output_dir = expand_home(self.output_dir)  # the one value every check and write uses
         check_output_dir(self.output_dir)
         check_device(self.device)
 

@@ -51,7 +51,10 @@ def remove_leftovers(directory: str | os.PathLike) -> list[str]:
                 os.replace(entry, final)
                 handled.append(name)
                 continue
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:  # a file, or a link: removed itself, never what it points to
+            entry.unlink(missing_ok=True)
         handled.append(name)
     return handled
 

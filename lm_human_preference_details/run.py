@@ -93,9 +93,17 @@ def _within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
+def both_paths(path: str | Path) -> set[Path]:
+    """``path`` as written (absolute, links not followed) and where its links lead: a deletion in the first removes
+    the entry named, a deletion through a link would remove the second."""
+    path = Path(path).expanduser()
+    return {Path(os.path.abspath(path)), path.resolve()}
+
+
 def local_inputs(paths: Iterable[Optional[str]]) -> list[Path]:
-    """The inputs that are files or directories here (Hugging Face names, oai:NAME and URLs are not)."""
-    return [Path(p).expanduser().resolve() for p in paths if p and Path(p).expanduser().exists()]
+    """The inputs that are files or directories here (Hugging Face names, oai:NAME and URLs are not), each both as
+    written and with its links resolved (`both_paths`)."""
+    return [p for path in paths if path and Path(path).expanduser().exists() for p in sorted(both_paths(path))]
 
 
 def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: Iterable[Optional[str]] = ()) -> str:
@@ -107,7 +115,7 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
         raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other; pass one of them")
-    run_dir = Path(output_dir).expanduser()
+    run_dir = Path(output_dir)  # expanded once by the flags' finalize (cli.expand_home)
     if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
         return "fresh"
     if not run_dir.is_dir():
@@ -124,12 +132,12 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
         raise UserError(f"{output_dir} already holds a {kind} run; pass --resume to continue it, or --overwrite to "
                         "delete it and start again")
     if overwrite:
-        here = run_dir.resolve()
-        for path in local_inputs(inputs):
-            if _within(path, here):
+        here = both_paths(run_dir)
+        for path in local_inputs(inputs):  # the input and the run directory, each as written and through its links
+            if any(_within(path, run) for run in here):
                 raise UserError(f"--overwrite would delete {path}, an input of this run, which lies in {output_dir}; "
                                 "pass another --output-dir")
-        if _within(Path.cwd().resolve(), here):
+        if any(_within(Path.cwd().resolve(), run) for run in here):
             raise UserError(f"--overwrite would delete the run in {output_dir}, which holds the current directory; "
                             "pass another --output-dir")
     return "resume" if resume else "overwrite"
@@ -137,21 +145,21 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
 
 def clear_run(run_dir: Path) -> None:
     """Delete the entries a run wrote in ``run_dir`` (`RUN_ENTRIES`, a sub-run's only if it has our marker); the
-    marker, the lock and every other file stay."""
+    marker, the lock and every other file stay. A link is removed as a link, never entered: what it points to stays."""
     for entry in sorted(Path(run_dir).iterdir()):
         if not _is_run_entry(entry):
             continue
-        if entry.name == "reward" and entry.is_dir():  # a policy run's own reward run: its entries only
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()
+        elif entry.name == "reward":  # a policy run's own reward run: its entries only
             if read_marker(entry) is not None:
                 clear_run(entry)
                 for own in (MARKER, LOCK):
                     (entry / own).unlink(missing_ok=True)
                 if not any(entry.iterdir()):
                     entry.rmdir()
-        elif entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
         else:
-            entry.unlink()
+            shutil.rmtree(entry)  # removes links inside as links (rmtree never follows one)
 
 
 class DirectoryLock:

@@ -21,7 +21,7 @@ from typing import Callable, Optional, TypeVar
 
 import tyro
 
-from lm_human_preference_details.cli import UserError, check_at_least, check_positive
+from lm_human_preference_details.cli import UserError, check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
 from lm_human_preference_details.query_datasets import dataset_start_end
 
@@ -66,9 +66,11 @@ class TaskHParams:
     """sampling temperature of the policy (launch.py: 0.7, cnndm 0.5)"""
 
     def resolved(self) -> TaskHParams:
-        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (dataset_start_end)."""
+        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (dataset_start_end), and
+        whose query dataset path has its ``~`` expanded once (cli.expand_home)."""
         start, end = dataset_start_end(self.query_dataset)
-        return dataclasses.replace(self, start_text=start if self.start_text == DATASET_DEFAULT else self.start_text,
+        return dataclasses.replace(self, query_dataset=expand_home(self.query_dataset),
+                                   start_text=start if self.start_text == DATASET_DEFAULT else self.start_text,
                                    end_text=end if self.end_text == DATASET_DEFAULT else self.end_text)
 
 

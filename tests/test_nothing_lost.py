@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
+from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.run import MARKER, Run, read_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
@@ -66,3 +69,86 @@ def test_compare_gives_unreadable_metrics_exit_2_in_one_line(tmp_path, last_row)
                   tmp_path / "runs" / "policy_{task}_seed*", "--out", tmp_path / "out.md", "--check", "score")
     one_error_line(proc, "metrics.jsonl:4: not a row of scalars with a step")
     assert not (tmp_path / "out.md").exists()
+
+
+# ------------------------------------------------------------------------------------------------ run directories
+def run_args(out: Path, **kw) -> SimpleNamespace:
+    """The run options `Run` reads (both scripts' RunArgs)."""
+    base = dict(output_dir=str(out), resume=False, overwrite=False, track=False, wandb_project="p", wandb_entity=None,
+                task_name="t", seed=1, keep_checkpoints=1, save_interval=2)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def finished_run(path: Path, kind: str) -> Path:
+    """A finished run's directory as the scripts leave it (marker, logs, model), with the user's notes."""
+    (path / ("policy" if kind == "policy" else "reward_model")).mkdir(parents=True)
+    (path / MARKER).write_text(json.dumps({"kind": kind, "id": "x"}))
+    (path / "config.json").write_text("{}")
+    (path / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    (path / ("policy" if kind == "policy" else "reward_model") / "model.safetensors").write_bytes(os.urandom(32))
+    (path / "notes.md").write_text("results discussed with the team")
+    return path
+
+
+def test_overwrite_removes_a_reward_link_as_a_link_and_keeps_what_it_points_to(tmp_path):
+    """Data loss 1: `--overwrite` on a policy run whose `reward` is a link to a separate finished reward run."""
+    other = finished_run(tmp_path / "other_reward_run", "reward")
+    policy_run = finished_run(tmp_path / "P", "policy")
+    (policy_run / "reward").symlink_to(other, target_is_directory=True)
+    before = snapshot(other)
+    with Run(run_args(policy_run, overwrite=True), "policy", inputs=[], ranks=Ranks(1, 1)):
+        pass
+    assert snapshot(other) == before and read_marker(other) == {"kind": "reward", "id": "x"}
+    assert not os.path.lexists(policy_run / "reward") and not (policy_run / "policy").exists()
+    assert (policy_run / "notes.md").read_text() == "results discussed with the team"
+
+
+def test_overwrite_refuses_a_reward_model_reached_through_a_link_in_the_run(tmp_path):
+    """Data loss 1b: `--rewards.trained-model P/reward/reward_model` with `P/reward` a link: an input of the run."""
+    other = finished_run(tmp_path / "other_reward_run", "reward")
+    policy_run = finished_run(tmp_path / "P", "policy")
+    (policy_run / "reward").symlink_to(other, target_is_directory=True)
+    before = snapshot(tmp_path)
+    model = str(policy_run / "reward" / "reward_model")
+    with pytest.raises(UserError, match=r"--overwrite would delete .*reward_model, an input of this run"):
+        with Run(run_args(policy_run, overwrite=True), "policy", inputs=[model], ranks=Ranks(1, 1)):
+            pass
+    assert snapshot(tmp_path) == before and (policy_run / "reward").is_symlink()
+
+
+def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path):
+    """Data loss 2: `--output-dir=~/userdir` (a tilde the shell left alone) never writes to `./~/userdir`, and a second
+    run into it is refused."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    (cwd / "~" / "userdir").mkdir(parents=True)
+    (cwd / "~" / "userdir" / "config.json").write_text('{"the user": "config"}')
+    before = snapshot(cwd)
+    argv = [ROOT / "train_reward.py", "--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
+            "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--labels.num-train", 8, "--batch-size", 8,
+            "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--task.query-length", 64,
+            "--task.response-length", 24, "--output-dir=~/userdir"]
+    first = python(*argv, cwd=cwd, env={"HOME": str(home)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert read_marker(home / "userdir")["kind"] == "reward" and (home / "userdir" / "reward_model").is_dir()
+    one_error_line(python(*argv, cwd=cwd, env={"HOME": str(home)}), "already holds a reward run")
+    assert snapshot(cwd) == before
+
+
+def tiny_policy_argv(assets: Path) -> list:
+    return ["--base-model", assets / "tiny-gpt2", "--task.query-dataset", assets / "queries.txt", "--device", "cpu",
+            "--task.query-length", 64, "--task.response-length", 24, "--task.truncate-after", 4]
+
+
+@pytest.mark.parametrize("tool", ["train_reward.py", "train_policy.py", "sample"])
+def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, tool):
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    if tool == "sample":
+        argv = ["-m", "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2", "--task.query-dataset",
+                assets / "queries.txt", "--device", "cpu"]
+    else:
+        argv = [ROOT / tool, *tiny_policy_argv(assets), "--labels.source", assets / "labels.json"]
+        if tool == "train_policy.py":
+            argv[-2] = "--rewards.train-new-model.labels.source"
+    one_error_line(python(*argv, "--output-dir", tmp_path / "out"), "is a symbolic link to")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out").is_symlink()
