@@ -9,9 +9,10 @@ SIGINT, and the non-finite guard. What a checkpoint holds is checkpoint.py's; th
             run.log(stats, step=update)
 
 Safety rules (tests/test_run.py tests each):
-1. A run directory is ours only if it holds our marker, RUN/.lmhp-run.json (kind "reward" or "policy", an id), written
-   when a run starts in a new or empty directory. A run deletes, renames or rewrites files only in a directory with
-   our marker, and there only the entries runs write (`RUN_ENTRIES`); files a user put beside them stay untouched.
+1. A run directory is ours only if it holds our marker, RUN/.lmhp-run.json (kind "reward", "policy" or "sample": the
+   output directory of sample.py, which obeys every rule here), written when a run starts in a new or empty
+   directory. A run deletes, renames or rewrites files only in a directory with our marker, and there only the
+   entries runs write (`RUN_ENTRIES`, `SAMPLE_ENTRIES`), links as links; files a user put beside them stay untouched.
 2. A run starts only in a new or empty directory, or in a run of its own kind with --resume or --overwrite. A
    directory holding anything else is refused, whatever the flags; so are --output-dir "", a run of the other kind,
    and a directory held by a live run (an exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel drops
@@ -59,11 +60,12 @@ from lm_human_preference_details.tracking import Tracker
 
 T = TypeVar("T")
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
-KINDS = ("reward", "policy")
+KINDS = ("reward", "policy", "sample")  # the two training scripts, and sample.py's output directory
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
 # the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
                "policy", "reward", "summary.json", "curves.png")
+SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
 FINISHED = {"reward": "reward_model"}  # a reward run is finished once its model is saved (atomically)
 
 
@@ -85,8 +87,8 @@ def read_marker(run_dir: Path) -> Optional[dict]:
     return marker if isinstance(marker, dict) and marker.get("kind") in KINDS else None
 
 
-def _is_run_entry(path: Path) -> bool:
-    return any(path.match(pattern) for pattern in RUN_ENTRIES)
+def _is_run_entry(path: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> bool:
+    return any(path.match(pattern) for pattern in entries)
 
 
 def _within(inner: Path, outer: Path) -> bool:
@@ -129,8 +131,9 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
         raise UserError(f"--output-dir {output_dir} holds a {marker['kind']} run, and this is a {kind} run: "
                         f"pass another --output-dir")
     if not (resume or overwrite):
-        raise UserError(f"{output_dir} already holds a {kind} run; pass --resume to continue it, or --overwrite to "
-                        "delete it and start again")
+        again = ("--overwrite to replace it, or another --output-dir" if kind == "sample" else  # sampling has no resume
+                 "--resume to continue it, or --overwrite to delete it and start again")
+        raise UserError(f"{output_dir} already holds a {kind} run; pass {again}")
     if overwrite:
         here = both_paths(run_dir)
         for path in local_inputs(inputs):  # the input and the run directory, each as written and through its links
@@ -143,11 +146,12 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
     return "resume" if resume else "overwrite"
 
 
-def clear_run(run_dir: Path) -> None:
-    """Delete the entries a run wrote in ``run_dir`` (`RUN_ENTRIES`, a sub-run's only if it has our marker); the
-    marker, the lock and every other file stay. A link is removed as a link, never entered: what it points to stays."""
+def clear_run(run_dir: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> None:
+    """Delete the entries a run wrote in ``run_dir`` (``entries``: `RUN_ENTRIES`, or sample.py's `SAMPLE_ENTRIES`; a
+    sub-run's only if it has our marker); the marker, the lock and every other file stay. A link is removed as a link,
+    never entered: what it points to stays."""
     for entry in sorted(Path(run_dir).iterdir()):
-        if not _is_run_entry(entry):
+        if not _is_run_entry(entry, entries):
             continue
         if entry.is_symlink() or not entry.is_dir():
             entry.unlink()
@@ -350,7 +354,7 @@ class Run:
         if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
             self.print(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
                        "starting again")
-            clear_run(self.dir)
+            clear_run(self.dir, SAMPLE_ENTRIES if self.kind == "sample" else RUN_ENTRIES)
         elif mode == "fresh" and self.args.resume:
             self.print(f"resume: {self.dir} holds no run yet; starting from the beginning")
         if mode != "resume" or finished:

@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 import tyro
 
-from lm_human_preference_details.cli import UserError, pick_device, run_main
+from lm_human_preference_details.cli import UserError, check_output_dir, expand_home, pick_device, run_main
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.model import (
     Policy,
@@ -37,7 +37,8 @@ from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolv
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.query_datasets import is_hf_source
-from lm_human_preference_details.ranks import check_seed
+from lm_human_preference_details.ranks import Ranks, check_seed
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task, parse_args
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.tracking import Tracker
@@ -68,7 +69,10 @@ class Args:
     device: str = "auto"
     """torch device: auto (cuda if available), cpu, cuda ..."""
     output_dir: Optional[str] = None
-    """where samples.jsonl and the TensorBoard table go (default runs/sample_<task>_seed<seed>)"""
+    """where samples.jsonl and the TensorBoard table go (default runs/sample_<task>_seed<seed>): a new or empty
+    directory, or one this tool wrote with --overwrite (docs/runs.md, the run-directory rules)"""
+    overwrite: bool = False
+    """replace the samples in --output-dir written by an earlier `sample` (without it, such a directory is refused)"""
     track: bool = False
     """also log the table to Weights & Biases"""
     wandb_project: str = "lm-human-preferences"
@@ -77,6 +81,8 @@ class Args:
     """W&B entity (team or user)"""
     base_model: tyro.conf.Suppress[str] = "gpt2"
     task_name: tyro.conf.Suppress[str] = "sentiment"
+    resume: tyro.conf.Suppress[bool] = False
+    """what run.Run reads with --overwrite: sampling has nothing to continue"""
 
     def finalize(self) -> "Args":
         """Defaults that depend on the task, and one-line errors for bad sizes."""
@@ -91,11 +97,15 @@ class Args:
         default = self.policy is None
         if default:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"
+        # each path flag resolved once (cli.expand_home): every check and write below uses these values
+        self.policy, self.compare, self.reward_model = map(expand_home, (self.policy, self.compare, self.reward_model))
         check_policy_path("--policy", self.policy, self.task_name if default else None)
         if self.compare not in (None, INITIAL):
             check_policy_path("--compare", self.compare, None)
         if self.output_dir is None:
             self.output_dir = f"runs/sample_{self.task_name}_seed{self.seed}"
+        self.output_dir = expand_home(self.output_dir)
+        check_output_dir(self.output_dir)  # a file, a path under a file, a dangling link: refused before any sampling
         heldout = get_task(self.task_name).heldout_query_dataset
         if self.query_mode == "test" and heldout and self.task.query_dataset == get_task(self.task_name).task.query_dataset:
             # a task whose local corpus keeps its test passages in a file of their own (the offline demo)
@@ -190,6 +200,15 @@ def format_table(rows: list[dict], names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(build_args, __doc__.split("\n")[0], argv).finalize()
+    inputs = [args.policy, args.compare, args.reward_model, args.task.query_dataset]
+    # the run-directory rules of the training scripts (run.py), checked and the directory marked before any sampling;
+    # a failure before the samples are written leaves nothing behind
+    with Run(args, "sample", inputs=inputs, ranks=Ranks(1, args.seed)) as run:
+        return sample_into(args, run.dir)
+
+
+def sample_into(args: Args, out: Path) -> list[dict]:
+    """Sample every policy on the same queries, print the table, and write samples.jsonl and the tracker into ``out``."""
     get_task(args.task_name).prepare()
     device = pick_device(args.device)
     task = args.task
@@ -235,7 +254,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     names = list(policies)
     print(format_table(rows, names))
-    out = Path(args.output_dir)
     with atomic_path(out / "samples.jsonl") as tmp:
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tracker = Tracker(out, dataclasses.asdict(args), track=args.track, project=args.wandb_project,

@@ -152,3 +152,54 @@ def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, tool):
             argv[-2] = "--rewards.train-new-model.labels.source"
     one_error_line(python(*argv, "--output-dir", tmp_path / "out"), "is a symbolic link to")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out").is_symlink()
+
+
+# ------------------------------------------------------------------------------------------------ sample's directory
+def sample_main(assets: Path, out: Path, *extra) -> list[dict]:
+    """`python -m lm_human_preference_details.sample` in-process, the tiny base model as the policy."""
+    from lm_human_preference_details import sample
+
+    return sample.main(["--policy", str(assets / "tiny-gpt2"), "--task.query-dataset", str(assets / "queries.txt"),
+                        "--task.query-length", "16", "--task.response-length", "4", "--device", "cpu",
+                        "--num-queries", "2", "--output-dir", str(out), *map(str, extra)])
+
+
+def test_sample_never_writes_over_a_users_directory_or_a_training_run(assets, tmp_path, monkeypatch):
+    """Data loss 3: `sample --output-dir D` into a directory of notes, or a finished policy run: refused before any
+    sampling, every file as it was."""
+    from lm_human_preference_details import sample
+
+    monkeypatch.setattr(sample, "sample_policy", lambda *a, **k: pytest.fail("sampled before checking --output-dir"))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "samples.jsonl").write_text("my own samples\n")
+    (notes / "metrics.jsonl").write_text("my own metrics\n")
+    policy_run = finished_run(tmp_path / "policy_run", "policy")
+    before = snapshot(tmp_path)
+    with pytest.raises(UserError, match="holds files that are not a run of this project"):
+        sample_main(assets, notes)
+    for flag in ((), ("--overwrite",)):
+        with pytest.raises(UserError, match="holds a policy run, and this is a sample run"):
+            sample_main(assets, policy_run, *flag)
+    assert snapshot(tmp_path) == before
+
+
+def test_sample_obeys_the_marker_and_overwrite(assets, tmp_path):
+    out = tmp_path / "samples"
+    first = sample_main(assets, out)
+    assert read_marker(out)["kind"] == "sample" and len(first) == 4
+    (out / "notes.md").write_text("what I saw")
+    with pytest.raises(UserError, match="already holds a sample run; pass --overwrite to replace it"):
+        sample_main(assets, out, "--seed", "2")
+    assert [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()] == first
+    second = sample_main(assets, out, "--seed", "2", "--overwrite")
+    assert [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()] == second != first
+    assert (out / "notes.md").read_text() == "what I saw"
+
+
+def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path):
+    (tmp_path / "file").write_text("a user's file")
+    proc = python("-m", "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2", "--task.query-dataset",
+                  assets / "queries.txt", "--device", "cpu", "--output-dir", tmp_path / "file" / "out")
+    one_error_line(proc, "lies under the file")
+    assert "query 0:" not in proc.stdout and (tmp_path / "file").read_text() == "a user's file"

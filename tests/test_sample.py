@@ -76,7 +76,8 @@ def test_same_queries_and_draws_for_both_policies(assets, saved, tmp_path):
     assert [r["query_tokens"] for r in first] == [r["query_tokens"] for r in second]
     assert [r["response_tokens"] for r in first] == [r["response_tokens"] for r in second]
     # a different policy on the same queries answers differently
-    rows = run(assets, tmp_path, "--policy", str(saved["changed"]), "--compare", str(saved["same"]), "--num-queries", "4")
+    rows = run(assets, tmp_path, "--policy", str(saved["changed"]), "--compare", str(saved["same"]), "--num-queries", "4",
+               "--overwrite")  # the same output directory: replacing its samples needs the flag (docs/runs.md)
     first, second = rows[: len(rows) // 2], rows[len(rows) // 2 :]
     assert second[0]["policy"] == "compare"
     assert [r["query_tokens"] for r in first] == [r["query_tokens"] for r in second]
