@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import errno
 import hashlib
 import random
 import shutil
@@ -25,7 +24,7 @@ import torch
 from torch import nn
 
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.files import atomic_path, disk_full
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
@@ -126,14 +125,19 @@ def write_state(state: dict, path: Path) -> None:
 
 @contextlib.contextmanager
 def save_errors(run_dir: Path, target: Path) -> Iterator[None]:
-    """Turn a failed write of ``target`` (disk full, unwritable directory) into one line naming what is kept."""
+    """Turn a failed write of ``target`` (disk full, unwritable directory) into one line naming what is kept: an
+    OSError, or the RuntimeError torch.save raises when the disk fills (files.disk_full classifies by the error)."""
     try:
         yield
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
+        full = disk_full(e)
+        if not (full or isinstance(e, OSError)):
+            raise  # a RuntimeError of another kind is a bug, with its traceback
         previous = list_checkpoints(run_dir)
         kept = f"the last good checkpoint is {previous[-1]}" if previous else "no checkpoint was saved before"
-        hint = "free some disk space" if e.errno == errno.ENOSPC else "check the run directory"
-        raise UserError(f"cannot save {target} ({e.strerror or e}); {kept}; {hint} and rerun with --resume") from None
+        why = getattr(e, "strerror", None) or ("the disk is full" if full else str(e))
+        hint = "free some disk space" if full else "check the run directory"
+        raise UserError(f"cannot save {target} ({why}); {kept}; {hint} and rerun with --resume") from None
 
 
 def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:

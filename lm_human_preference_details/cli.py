@@ -16,6 +16,8 @@ from typing import Callable, Iterator, Optional
 import torch
 import tyro
 
+from lm_human_preference_details.files import disk_full
+
 
 class UserError(Exception):
     """A problem the user can fix: printed as one line ("error: ..."), exit status 2."""
@@ -62,6 +64,13 @@ def run_main(main: Callable[[], object]) -> None:
     except UserError as e:
         say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
+    except (OSError, RuntimeError) as e:  # a full disk at any write, whichever class the writer raises
+        if not disk_full(e):
+            raise
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a run "
+                 "keeps its last checkpoint: continue it with --resume)")
+        sys.exit(2)
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""

@@ -52,7 +52,7 @@ from lm_human_preference_details.checkpoint import (
     training_state,
 )
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.files import remove_leftovers
+from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.progress import progress, write_above_progress
 from lm_human_preference_details.ranks import shutdown_distributed
@@ -321,8 +321,15 @@ class Run:
         args = self.args
         with self.ranks.main_first():  # process 0 checks, locks and prepares the directory, then the others read it
             if self.is_main:
-                self._prepare(check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite,
-                                            inputs=self.inputs))
+                mode = check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite,
+                                     inputs=self.inputs)
+                try:
+                    self._prepare(mode)
+                except BaseException:  # a full disk at the marker: what this run made goes (rule 5), as in __exit__
+                    if self._lock.fd is not None:  # the lock is ours: so are a bare marker and lock
+                        self._remove_if_empty()
+                    self._lock.release()
+                    raise
         finished = FINISHED.get(self.kind)
         if not self.is_main:  # what process 0 found: a finished model it kept (an unfinished one it cleared)
             self.finished = bool(args.resume and finished and (self.dir / finished).is_dir())
@@ -360,7 +367,8 @@ class Run:
         if mode != "resume" or finished:
             text = json.dumps({"kind": self.kind, "id": uuid.uuid4().hex[:12], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "by": "lm-human-preference-details"}, indent=2)
-            (self.dir / MARKER).write_text(text + "\n")
+            with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
+                tmp.write_text(text + "\n")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -393,7 +401,6 @@ class Run:
         ``objects`` (name -> object with state_dict) are what a checkpoint saves; ``identity`` is what a resumed run
         must match (`check_same_run`); ``models`` are also written as Hugging Face directories RUN/NAME at each save.
         """
-        self._started = True
         self.config, self.objects, self.identity = config, dict(objects or {}), identity or config
         self.models, self.tokenizer = dict(models or {}), tokenizer
         checkpoint = load_checkpoint(self.resume_from) if self.resume_from else {"update": 0, "elapsed": 0.0, "tracker": {}}
@@ -404,6 +411,7 @@ class Run:
                                name=f"{self.kind}_{args.task_name}_seed{args.seed}_{int(time.time())}",
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
+        self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)
         first = restore(checkpoint, self.objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
         if self.objects:

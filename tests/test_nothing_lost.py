@@ -4,6 +4,7 @@ bytes unchanged; the others assert the exit status, one `error:` line, no traceb
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,8 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details import checkpoint as ckpt
+from lm_human_preference_details.cli import UserError, run_main
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import MARKER, Run, read_marker
@@ -203,3 +206,108 @@ def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path
                   assets / "queries.txt", "--device", "cpu", "--output-dir", tmp_path / "file" / "out")
     one_error_line(proc, "lies under the file")
     assert "query 0:" not in proc.stdout and (tmp_path / "file").read_text() == "a user's file"
+
+
+# ------------------------------------------------------------------------------------------------ a full disk
+FULL_DISK = '''
+"""Test-only: the first write_text of a file named $LMHP_TEST_FULL_AT fails as on a full disk."""
+import errno, os, pathlib
+
+_write_text = pathlib.Path.write_text
+
+
+def write_text(self, data, *args, **kwargs):
+    if self.name == os.environ["LMHP_TEST_FULL_AT"]:
+        open(self, "w").close()  # as a full disk does it: the file is made, its bytes never arrive
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+    return _write_text(self, data, *args, **kwargs)
+
+
+pathlib.Path.write_text = write_text
+'''
+
+
+def reward_argv(assets: Path, out: Path) -> list:
+    return [ROOT / "train_reward.py", "--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
+            "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--labels.num-train", 8, "--batch-size", 8,
+            "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--task.query-length", 64,
+            "--task.response-length", 24, "--output-dir", out]
+
+
+@pytest.mark.parametrize("name", [MARKER, "config.json"])
+def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(assets, tmp_path, name):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FULL_DISK)
+    out = tmp_path / "runs" / "r"
+    proc = python(*reward_argv(assets, out), env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LMHP_TEST_FULL_AT": name})
+    one_error_line(proc, "No space left on device")
+    assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md rule 5)
+
+
+def fake_train(out: Path, updates: int = 4, **kw) -> list[float]:
+    """What the policy script does with a Run, on a one-layer model: start (or resume), loop with logs and saves.
+    -> the losses logged by this process."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    logged = []
+    with Run(run_args(out, **kw), "policy", inputs=[], ranks=Ranks(1, 1)) as run:
+        first = run.start({"seed": 1}, {"layer": layer, "optimizer": optimizer})
+        for update in run.updates(first, updates, "policy"):
+            optimizer.zero_grad()
+            loss = layer(torch.ones(1, 2)).sum()
+            loss.backward()
+            optimizer.step()
+            logged.append(loss.item())
+            run.log({"loss": loss.item()}, step=update)
+    return logged
+
+
+def exit_line(capsys, fn) -> tuple[int, list[str]]:
+    """``fn`` under run_main, as the scripts run it: (exit status, the `error` lines on stderr); no traceback."""
+    with pytest.raises(SystemExit) as e:
+        run_main(fn)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return e.value.code, [line for line in err.splitlines() if line.startswith("error")]
+
+
+def test_torch_saves_runtime_error_on_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    real = ckpt.write_state
+    calls = []
+
+    def full_at_second_save(state, path):
+        calls.append(path)
+        if len(calls) == 2:  # what torch.save raised when the disk filled half-way through a checkpoint
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 9344 vs 9232")
+        real(state, path)
+
+    monkeypatch.setattr(ckpt, "write_state", full_at_second_save)
+    status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run"))
+    assert status == 2 and len(err) == 1 and "update_00000004" in err[0], err
+    assert err[0].startswith("error: cannot save") and "the last good checkpoint is" in err[0]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["update_00000002"]
+    monkeypatch.setattr(ckpt, "write_state", real)
+    resumed = fake_train(tmp_path / "run", resume=True)
+    assert resumed == fake_train(tmp_path / "fresh")[2:]  # the run goes on where its last checkpoint left it
+
+
+def test_a_full_disk_at_a_metrics_row_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    from lm_human_preference_details import tracking
+
+    real_log = tracking.Tracker.log
+
+    def full_at_update_3(self, metrics, step):
+        if step == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_log(self, metrics, step)
+
+    monkeypatch.setattr(tracking.Tracker, "log", full_at_update_3)
+    status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run"))
+    assert status == 2 and len(err) == 1 and err[0].startswith("error: the disk is full") and "--resume" in err[0], err
+    assert read_marker(tmp_path / "run") is not None and ckpt.list_checkpoints(tmp_path / "run")
+    monkeypatch.setattr(tracking.Tracker, "log", real_log)
+    fake_train(tmp_path / "run", resume=True)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
