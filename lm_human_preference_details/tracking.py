@@ -23,6 +23,9 @@ class Tracker:
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
+        metrics = self.run_dir / "metrics.jsonl"
+        if resume_step is not None and metrics.exists():  # first: a damaged file stops the resume before any write
+            keep_rows_before(metrics, resume_step)
         text = json.dumps(config, indent=2, default=str)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -34,9 +37,6 @@ class Tracker:
         # purge_step: TensorBoard hides the killed run's events from this step on, so no step shows twice
         self.writer = SummaryWriter(str(self.run_dir), purge_step=resume_step)
         self.writer.add_text("hyperparameters", "```\n" + text + "\n```")
-        metrics = self.run_dir / "metrics.jsonl"
-        if resume_step is not None and metrics.exists():
-            keep_rows_before(metrics, resume_step)
         self.jsonl = open(metrics, "w" if resume_step is None else "a")  # one run per directory (checkpoint.py)
         self.wandb = None
         if track:
@@ -92,8 +92,17 @@ class Tracker:
 
 
 def keep_rows_before(path: Path, step: int) -> None:
-    """Drop the rows of metrics.jsonl at ``step`` and after (logged by a run killed after its last checkpoint)."""
-    rows = [line for line in path.read_text().splitlines(keepends=True)
-            if line.endswith("\n") and json.loads(line)["step"] < step]  # a row cut by the kill has no newline
+    """Drop the rows of metrics.jsonl at ``step`` and after (logged by a run killed after its last checkpoint), and a
+    last row cut by the kill (it has no newline). Any other line that is not a row (bad JSON, bytes that are not
+    UTF-8) is a one-line UserError naming it: the rows before a checkpoint are the run's record, never dropped."""
+    *lines, cut = path.read_bytes().split(b"\n")
+    rows = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            if json.loads(line.decode("utf-8"))["step"] < step:
+                rows.append(line + b"\n")
+        except (ValueError, KeyError, TypeError):  # ValueError: bad JSON or bad bytes
+            raise UserError(f"cannot resume: {path} line {n} is not a row of metrics ({line[:60]!r}); fix or delete "
+                            "that line, then rerun with --resume") from None
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(rows))
+        tmp.write_bytes(b"".join(rows))

@@ -19,7 +19,7 @@ from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.cli import UserError, run_main
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import MARKER, Run, read_marker
+from lm_human_preference_details.run import LOCK, MARKER, Run, read_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
@@ -311,3 +311,17 @@ def test_a_full_disk_at_a_metrics_row_is_one_line_and_the_run_resumes(tmp_path, 
     fake_train(tmp_path / "run", resume=True)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------------------ --resume's inputs
+@pytest.mark.parametrize("bad", [b'{"step": 1, "loss": 1.0', b'{"step": 1, "loss": "\xff"}'], ids=["malformed", "not-utf8"])
+def test_a_damaged_metrics_row_stops_a_resume_in_one_line_naming_it(tmp_path, capsys, bad):
+    fake_train(tmp_path / "run", updates=4)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    lines = metrics.read_bytes().split(b"\n")
+    metrics.write_bytes(b"\n".join([lines[0], bad, *lines[2:]]))
+    before = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(LOCK)}
+    status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run", updates=6, resume=True))
+    assert status == 2 and len(err) == 1 and "metrics.jsonl line 2 is not a row of metrics" in err[0], err
+    assert "fix or delete that line" in err[0]
+    assert {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(LOCK)} == before  # nothing written
