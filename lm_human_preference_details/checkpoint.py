@@ -28,6 +28,8 @@ from lm_human_preference_details.files import atomic_path, disk_full
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
+CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
+RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what Run.save writes and Run.start reads
 # options a resumed run may change: where and how it runs, not what it computes
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
                         "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval"}
@@ -123,6 +125,42 @@ def write_state(state: dict, path: Path) -> None:
     torch.save(state, path)
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(directory: Path) -> None:
+    """DIRECTORY/SHA256SUMS: the sha256 of each file in ``directory``, one ``HEX  NAME`` line each (sha256sum's)."""
+    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != CHECKSUMS)
+    (Path(directory) / CHECKSUMS).write_text("".join(f"{file_sha256(p)}  {p.name}\n" for p in files))
+
+
+def fall_back(path: Path) -> str:
+    """What to do about the damaged checkpoint ``path``: the checkpoint before it, or --overwrite."""
+    earlier = [p for p in list_checkpoints(Path(path).parent.parent) if p.name < Path(path).name]
+    if earlier:
+        return f"delete {path} to resume from the checkpoint before it, {earlier[-1]}"
+    return "no earlier checkpoint is kept (--keep-checkpoints): --overwrite starts the run again"
+
+
+def verify_checksums(path: Path) -> None:
+    """Every file SHA256SUMS lists in the checkpoint ``path`` has its sha256, else a one-line UserError naming the file
+    and the checkpoint to fall back to. A checkpoint saved before checksums were written has none to check."""
+    sums = Path(path) / CHECKSUMS
+    if not sums.is_file():
+        return
+    for line in sums.read_text(errors="replace").splitlines():
+        digest, _, name = line.partition("  ")
+        file = Path(path) / name
+        if not name or not file.is_file() or file_sha256(file) != digest:
+            raise UserError(f"checkpoint {path} is corrupt: {file} does not match its sha256 in {sums}; {fall_back(path)}")
+
+
 @contextlib.contextmanager
 def save_errors(run_dir: Path, target: Path) -> Iterator[None]:
     """Turn a failed write of ``target`` (disk full, unwritable directory) into one line naming what is kept: an
@@ -148,18 +186,25 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     path = checkpoint_dir(run_dir, update)
     with save_errors(run_dir, path), atomic_path(path, is_dir=True) as tmp:
         write_state(state, tmp / STATE_FILE)
+        write_checksums(tmp)  # verified by load_checkpoint: a flipped bit is never resumed from
     for old in list_checkpoints(run_dir)[:-keep]:  # only after the new one is complete
         shutil.rmtree(old, ignore_errors=True)
     return path
 
 
-def load_checkpoint(path: Path) -> dict:
-    """Read a checkpoint written by `save_checkpoint`; a corrupt one is one line."""
+def load_checkpoint(path: Path, expect: tuple[str, ...] = ()) -> dict:
+    """Read a checkpoint written by `save_checkpoint`, its checksums verified; a corrupt one, or a file that is not a
+    checkpoint holding the keys ``expect`` (`RESUMABLE` for a run's), is one line naming what to fall back to."""
+    verify_checksums(path)
     try:
-        return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: name it, no traceback
-        raise UserError(f"checkpoint {path} is corrupt ({type(e).__name__}: {str(e)[:200]}); delete it to resume "
-                        "from the one before, or --overwrite") from None
+        raise UserError(f"checkpoint {path} is corrupt ({type(e).__name__}: {str(e)[:200]}); {fall_back(path)}") from None
+    missing = [key for key in expect if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise UserError(f"{Path(path) / STATE_FILE} is not a training checkpoint of this project (it holds no "
+                        f"{missing[0]!r}); {fall_back(path)}")
+    return state
 
 
 def restore(checkpoint: dict, objects: Mapping[str, Any]) -> int:

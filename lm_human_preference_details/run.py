@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from lm_human_preference_details.checkpoint import (
+    RESUMABLE,
     BackgroundSaver,
     check_same_run,
     checkpoint_dir,
@@ -403,7 +404,8 @@ class Run:
         """
         self.config, self.objects, self.identity = config, dict(objects or {}), identity or config
         self.models, self.tokenizer = dict(models or {}), tokenizer
-        checkpoint = load_checkpoint(self.resume_from) if self.resume_from else {"update": 0, "elapsed": 0.0, "tracker": {}}
+        checkpoint = (load_checkpoint(self.resume_from, RESUMABLE) if self.resume_from else
+                      {"update": 0, "elapsed": 0.0, "tracker": {}})
         if self.resume_from:
             check_same_run(checkpoint["config"], self.identity)
         args = self.args

@@ -325,3 +325,36 @@ def test_a_damaged_metrics_row_stops_a_resume_in_one_line_naming_it(tmp_path, ca
     assert status == 2 and len(err) == 1 and "metrics.jsonl line 2 is not a row of metrics" in err[0], err
     assert "fix or delete that line" in err[0]
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(LOCK)} == before  # nothing written
+
+
+def flip_a_weight_bit(state_file: Path, weight: torch.Tensor) -> None:
+    """Flip one bit inside ``weight``'s bytes in a saved state.pt: the file still loads, with another weight."""
+    data = bytearray(state_file.read_bytes())
+    at = bytes(data).index(weight.numpy().tobytes())
+    data[at] ^= 0x10
+    state_file.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_with_a_flipped_bit_is_never_resumed_from(tmp_path, capsys):
+    fake_train(tmp_path / "run", updates=4, keep_checkpoints=2)
+    older, newer = ckpt.list_checkpoints(tmp_path / "run")
+    weight = ckpt.load_checkpoint(newer)["objects"]["layer"]["weight"]
+    flip_a_weight_bit(newer / ckpt.STATE_FILE, weight)
+    before = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(LOCK)}
+    status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run", updates=6, resume=True, keep_checkpoints=2))
+    assert status == 2 and len(err) == 1, err
+    assert f"{newer / ckpt.STATE_FILE} does not match its sha256" in err[0] and f"before it, {older}" in err[0]
+    assert {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(LOCK)} == before
+
+
+@pytest.mark.parametrize("with_checksums", [True, False], ids=["checksummed", "saved-before-checksums"])
+def test_a_foreign_torch_file_as_state_pt_is_one_line(tmp_path, capsys, with_checksums):
+    fake_train(tmp_path / "run", updates=2)
+    (checkpoint,) = ckpt.list_checkpoints(tmp_path / "run")
+    torch.save({"weight": torch.ones(2)}, checkpoint / ckpt.STATE_FILE)
+    if not with_checksums:
+        (checkpoint / ckpt.CHECKSUMS).unlink()
+    status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run", updates=4, resume=True))
+    message = "does not match its sha256" if with_checksums else "is not a training checkpoint of this project"
+    assert status == 2 and len(err) == 1 and message in err[0] and "--overwrite starts the run again" in err[0], err
+    assert ckpt.list_checkpoints(tmp_path / "run") == [checkpoint]
