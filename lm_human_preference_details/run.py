@@ -18,11 +18,12 @@ Safety rules (tests/test_run.py tests each):
    and a directory held by a live run (an exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel drops
    it when the process dies, kill -9 included, so a stale lock never blocks).
 3. --overwrite is refused, besides, on a directory that holds or contains an input of this run (base model, reward
-   model, label file, query file) or the current working directory.
+   model, label file, query file) or the current working directory, each compared as written and through its links.
 4. Temporary files live under names no user file has (files.atomic_path: ``.lmhp-tmp~HOST~PID~...``); the next write
    into the same directory, the cache's included, removes those whose process is gone.
-5. A run that fails before it starts (before `start`: loading, a late check) leaves nothing behind: a directory that
-   holds only our marker and lock loses them, and is removed if this run made it.
+5. A run that fails before it starts (before `start` has written config.json: loading, a late check, a full disk at
+   the marker or config.json) leaves nothing behind: a directory that holds only our marker and lock loses them, and
+   is removed if this run made it.
 """
 
 from __future__ import annotations
