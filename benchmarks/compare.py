@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
-from lm_human_preference_details.cli import UserError, run_main  # noqa: E402
+from lm_human_preference_details.cli import UserError, expand_home, run_main  # noqa: E402
 from lm_human_preference_details.plots import (  # noqa: E402
     BadMetricsRow,
     Panel,
@@ -284,6 +284,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--at-step", type=int, default=None, help="compare at PPO update N instead of the end")
     p.add_argument("--out", default="runs/compare.md", help="the markdown report (default runs/compare.md)")
     args = p.parse_args(argv)
+    args.baseline, args.ours, args.out = map(expand_home, (args.baseline, args.ours, args.out))  # `--out=~/x.md` too
     full = {m: m if "/" in m else f"ppo/objective/{m}" for m in [*args.metrics, *args.check]}  # 'score' is short
     args.check = list(dict.fromkeys(full[m] for m in args.check))
     args.metrics = list(dict.fromkeys([*(full[m] for m in args.metrics), *args.check]))

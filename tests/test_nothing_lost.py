@@ -358,3 +358,11 @@ def test_a_foreign_torch_file_as_state_pt_is_one_line(tmp_path, capsys, with_che
     message = "does not match its sha256" if with_checksums else "is not a training checkpoint of this project"
     assert status == 2 and len(err) == 1 and message in err[0] and "--overwrite starts the run again" in err[0], err
     assert ckpt.list_checkpoints(tmp_path / "run") == [checkpoint]
+
+
+def test_compare_reads_and_writes_a_literal_tilde_as_the_home_directory(tmp_path, monkeypatch):
+    from benchmarks import compare
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    args = compare.parse_args(["--task", "sentiment", "--ours=~/runs/policy_{task}_seed*", "--out=~/compare.md"])
+    assert (args.ours, args.out) == (f"{tmp_path}/home/runs/policy_{{task}}_seed*", f"{tmp_path}/home/compare.md")
