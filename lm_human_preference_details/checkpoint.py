@@ -164,13 +164,13 @@ def verify_checksums(path: Path) -> None:
 @contextlib.contextmanager
 def save_errors(run_dir: Path, target: Path) -> Iterator[None]:
     """Turn a failed write of ``target`` (disk full, unwritable directory) into one line naming what is kept: an
-    OSError, or the RuntimeError torch.save raises when the disk fills (files.disk_full classifies by the error)."""
+    OSError, or what torch.save (RuntimeError) or safetensors raise when the disk fills (files.disk_full)."""
     try:
         yield
-    except (OSError, RuntimeError) as e:
+    except Exception as e:
         full = disk_full(e)
         if not (full or isinstance(e, OSError)):
-            raise  # a RuntimeError of another kind is a bug, with its traceback
+            raise  # an error of another kind is a bug, with its traceback
         previous = list_checkpoints(run_dir)
         kept = f"the last good checkpoint is {previous[-1]}" if previous else "no checkpoint was saved before"
         why = getattr(e, "strerror", None) or ("the disk is full" if full else str(e))

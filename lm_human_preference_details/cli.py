@@ -64,7 +64,7 @@ def run_main(main: Callable[[], object]) -> None:
     except UserError as e:
         say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
-    except (OSError, RuntimeError) as e:  # a full disk at any write, whichever class the writer raises
+    except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
         if not disk_full(e):
             raise
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""

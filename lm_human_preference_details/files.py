@@ -20,16 +20,18 @@ CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_hu
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
 HOST = socket.gethostname().replace("~", "-")
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# how a full disk reads where no errno comes with it: the C library's words, and torch.save's RuntimeError (its zip
-# writer checks how far a write got: "unexpected pos N vs M", "PytorchStreamWriter failed writing file ...")
+# how a full disk reads where no errno comes with it: the C library's words (safetensors' SafetensorError quotes them),
+# and torch.save's RuntimeError (its zip writer checks how far a write got: "unexpected pos N vs M", "PytorchStreamWriter
+# failed writing file ...")
 FULL_MESSAGES = (*map(os.strerror, FULL_ERRNOS), "unexpected pos", "file write failed")
 
 
 def disk_full(error: BaseException) -> bool:
-    """Whether ``error`` says a write failed for want of space, whatever its class (OSError, torch's RuntimeError)."""
+    """Whether ``error`` says a write failed for want of space, whatever its class (OSError, torch's RuntimeError,
+    safetensors' SafetensorError): an OSError by its errno, any other exception by its message."""
     if isinstance(error, OSError) and error.errno is not None:
         return error.errno in FULL_ERRNOS
-    return isinstance(error, (OSError, RuntimeError)) and any(m in str(error) for m in FULL_MESSAGES)
+    return isinstance(error, Exception) and any(m in str(error) for m in FULL_MESSAGES)
 
 
 def _owner_gone(name: str) -> bool:

@@ -366,3 +366,16 @@ def test_compare_reads_and_writes_a_literal_tilde_as_the_home_directory(tmp_path
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     args = compare.parse_args(["--task", "sentiment", "--ours=~/runs/policy_{task}_seed*", "--out=~/compare.md"])
     assert (args.ours, args.out) == (f"{tmp_path}/home/runs/policy_{{task}}_seed*", f"{tmp_path}/home/compare.md")
+
+
+def test_a_full_disk_is_told_by_the_error_not_its_class():
+    """The errors a real full tmpfs raised here (torch.save, safetensors, a text write), and look-alikes that are not."""
+    from safetensors import SafetensorError
+
+    from lm_human_preference_details.files import disk_full
+
+    full = [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+            SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))]
+    other = [RuntimeError("CUDA out of memory"), OSError(errno.EACCES, os.strerror(errno.EACCES)), ValueError("pos")]
+    assert [disk_full(e) for e in full + other] == [True] * len(full) + [False] * len(other)
