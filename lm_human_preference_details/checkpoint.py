@@ -244,9 +244,11 @@ class BackgroundSaver:
         return checkpoint_dir(self.run_dir, update)
 
     def wait_copied(self) -> None:
-        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors."""
+        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors.
+
+        A copy or write that failed is not raised here, inside an update where the other torchrun processes may wait
+        in a collective, but at the update's end (`check`, `error`: run.py shares it with every process)."""
         self._copied.wait()
-        self.check()
 
     def _copy(self, state: dict, ready: tuple[int, torch.cuda.Event] | None) -> None:
         """The thread's first job: ``state``'s tensors into the CPU copies (on a GPU, on a stream of its own)."""
@@ -267,12 +269,17 @@ class BackgroundSaver:
             try:
                 self._copy(state, ready)
             finally:
-                self._copied.set()  # the loop goes on (a failed copy is raised on it by wait_copied)
+                self._copied.set()  # the loop goes on (a failed copy is raised at the update's end)
             save_checkpoint(self.run_dir, update, self._state, self.keep)  # the checkpoint first: it resumes a run
             if write_models is not None:
                 write_models(self.models)
         except BaseException as e:  # the main thread raises it (check / wait)
             self._error = e
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error of a write that failed, without raising it or waiting for one still under way."""
+        return self._error
 
     def check(self) -> None:
         """Raise the error of a write that failed, without waiting for one still under way."""

@@ -60,8 +60,15 @@ def run_main(main: Callable[[], object]) -> None:
     try:
         main()
     except UserError as e:
+        if getattr(e, "said", False):  # a torchrun job's agreed failure, printed by process 0 (ranks.agree_on)
+            leave_quietly(e.exit_code)
         say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
+    except Exception as e:  # under torchrun, a peer's collective failing as process 0 dies: no traceback (ranks.md)
+        if torchrun_rank() == "0":
+            raise
+        say_once(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""
@@ -71,6 +78,17 @@ def run_main(main: Callable[[], object]) -> None:
         sys.exit(128 + signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def leave_quietly(exit_code: int) -> None:
+    """End a process whose job's error line is printed: process 0 at once; the others first wait (up to
+    OTHER_RANKS_WAIT_S) for torchrun to stop them once process 0 has ended, so that process 0 is never stopped first."""
+    if torchrun_rank() != "0":
+        try:
+            time.sleep(OTHER_RANKS_WAIT_S)
+        except Interrupted as e:  # torchrun stopping this process once process 0 has ended: 128 + SIGTERM
+            sys.exit(128 + e.signum)
+    sys.exit(exit_code)
 
 
 OTHER_RANKS_WAIT_S = 10.0  # how long processes 1..n-1 of a torchrun job wait for process 0 before they speak
