@@ -126,24 +126,32 @@ def gpu_has_kernels(capability: tuple[int, int], arch_list: list[str]) -> bool:
     return False
 
 
+def why_no_gpu() -> Optional[tuple[str, str]]:
+    """None when this torch can run on the first CUDA GPU; else (why it cannot, what would fix it), in words."""
+    build = torch.version.cuda
+    if build is None:
+        return f"torch {torch.__version__} is a CPU-only build", "install a CUDA build of torch (docs/install.md)"
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} is a CUDA {build} build but finds no usable GPU",
+                "it needs an NVIDIA GPU and driver (CUDA 13.x builds: driver >= 580; in Docker: docker run --gpus all)")
+    capability, arch_list = torch.cuda.get_device_capability(0), torch.cuda.get_arch_list()
+    if not gpu_has_kernels(capability, arch_list):
+        return (f"torch {torch.__version__} (CUDA {build}) has no kernels for {torch.cuda.get_device_name(0)} (compute "
+                f"capability {capability[0]}.{capability[1]}; built for {' '.join(arch_list)})",
+                "install a torch build for this GPU")
+    return None
+
+
 def auto_device() -> tuple[torch.device, Optional[str]]:
     """--device auto: the first CUDA GPU if this torch can run on it, else the CPU; and a warning when a CUDA build of
     torch falls back to the CPU (no GPU visible, a driver too old for the build, or a GPU it has no kernels for)."""
-    build = torch.version.cuda
-    if not torch.cuda.is_available():
-        if build is None:
-            return torch.device("cpu"), None
-        return torch.device("cpu"), (
-            f"torch {torch.__version__} is a CUDA {build} build but finds no usable GPU, so this run trains on the CPU: "
-            f"it needs an NVIDIA GPU and driver (CUDA 13.x builds: driver >= 580; in Docker: docker run --gpus all); "
-            "pass --device cpu to silence this")
-    capability, arch_list = torch.cuda.get_device_capability(0), torch.cuda.get_arch_list()
-    if not gpu_has_kernels(capability, arch_list):
-        return torch.device("cpu"), (
-            f"torch {torch.__version__} (CUDA {build}) has no kernels for {torch.cuda.get_device_name(0)} (compute "
-            f"capability {capability[0]}.{capability[1]}; built for {' '.join(arch_list)}), so this run trains on the "
-            "CPU: install a torch build for this GPU, or pass --device cpu to silence this")
-    return torch.device("cuda"), None
+    missing = why_no_gpu()
+    if missing is None:
+        return torch.device("cuda"), None
+    if torch.version.cuda is None:  # the CPU wheel: the CPU is what it is for
+        return torch.device("cpu"), None
+    why, fix = missing
+    return torch.device("cpu"), f"{why}, so this run trains on the CPU: {fix}; pass --device cpu to silence this"
 
 
 _said: set[str] = set()  # the device lines this process printed: a policy run trains its reward model in-process
@@ -156,11 +164,16 @@ def print_once(text: str, file=None) -> None:
         print(text, file=file)
 
 
-def pick_device(name: str, tf32: bool = True) -> torch.device:
+def pick_device(name: str, tf32: bool = True, gpu_sized: str = "") -> torch.device:
     """'auto' -> cuda if usable else cpu, said in one line on stdout (and a warning on stderr when a CUDA build of torch
-    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
+    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False. ``gpu_sized``: the task, when its runs take
+    days on a CPU: 'auto' then refuses the CPU in one line (--device cpu insists)."""
     if name == "auto":
         device, warning = auto_device()
+        if device.type == "cpu" and gpu_sized:
+            why, fix = why_no_gpu()
+            raise UserError(f"--device auto finds no usable GPU ({why}), and a --task {gpu_sized} run takes days on a "
+                            f"CPU: {fix}, or pass --device cpu to train on the CPU anyway")
         if torchrun_rank() == "0":  # once per run under torchrun: every rank picks the same
             where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
             print_once(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only

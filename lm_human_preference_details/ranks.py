@@ -77,14 +77,15 @@ def torchrun_world() -> tuple[int, int, int]:
 
 
 def setup_distributed(device: torch.device) -> torch.device:
-    """Join torchrun's process group (NCCL on CUDA, gloo on CPU) once; returns this process's device."""
+    """Make ``device`` (cuda:N) the current CUDA device and join torchrun's process group (NCCL on CUDA, gloo on CPU)
+    once; returns this process's device."""
     world_size, _, local_rank = torchrun_world()
+    if world_size > 1 and device.type == "cuda" and device.index is None:  # one GPU per process on each node
+        device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and device.index is not None:  # cuda:N is the current device: the saver's stream, events
+        torch.cuda.set_device(device)  # and pinned memory belong to it, not to GPU 0
     if world_size == 1:
         return device
-    if device.type == "cuda" and device.index is None:  # one GPU per process on each node
-        device = torch.device("cuda", local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     if not dist.is_initialized():
         # env:// rendezvous: torchrun sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (multi-node too)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
@@ -108,9 +109,11 @@ class Ranks:
         seed the global generators with rank 0's seed in every process (so every process builds the same models), and
         record the number of processes in ``args.world_size``."""
         from lm_human_preference_details.cli import pick_device
+        from lm_human_preference_details.tasks import get_task
 
         seed_globals(args.seed)
-        device = setup_distributed(pick_device(args.device, args.tf32))
+        gpu_sized = args.task_name if get_task(args.task_name).gpu_sized else ""
+        device = setup_distributed(pick_device(args.device, args.tf32, gpu_sized=gpu_sized))
         ranks = cls(args.num_ranks, args.seed, device, exact=args.exact_ranks)
         args.world_size = ranks.world_size
         return ranks
