@@ -54,7 +54,7 @@ from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import remove_leftovers
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.progress import progress, write_above_progress
-from lm_human_preference_details.ranks import shutdown_distributed
+from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
 from lm_human_preference_details.tracking import Tracker
 
 T = TypeVar("T")
@@ -260,11 +260,15 @@ def check_finite(where: str, **values: Any) -> None:
 # ----------------------------------------------------------------------------------------------- the run
 def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
     """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
-    train, and leave torchrun's process group at the end of a run that succeeded."""
+    train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
     from lm_human_preference_details.tasks import parse_args
 
-    result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
-    shutdown_distributed()  # only on success: after a failure a peer may still wait in a collective (docs/ranks.md)
+    try:
+        result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
+    except JobFailed:  # agreed by every process: none waits in a collective any more
+        shutdown_distributed()
+        raise
+    shutdown_distributed()  # not after another failure: a peer may still wait in a collective (docs/ranks.md)
     return result
 
 
