@@ -1,4 +1,8 @@
-"""Issue 31: --device auto on a box with no usable GPU, and cuda:N made the current device (the CUDA probe faked)."""
+"""Issue 31: --device auto on a box with no usable GPU, cuda:N made the current device (the CUDA probe faked), the
+minibatch indices on the compute device, and an oai: reward model converted by process 0 alone."""
+
+import contextlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -60,3 +64,37 @@ def test_one_process_on_cuda_n_makes_it_the_current_device(monkeypatch, name, ex
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)
     assert ranks.setup_distributed(torch.device(name)) == torch.device(name)
     assert calls == expected
+
+
+def test_minibatch_indices_live_on_the_compute_device():
+    """They index the rollout's tensors: on a GPU a CPU index would be a blocking copy per minibatch."""
+    import numpy as np
+
+    draws = SimpleNamespace(minibatch_permutations=lambda n: [np.random.RandomState(r).permutation(n) for r in (0, 1)])
+    fake = SimpleNamespace(draws=draws, device=torch.device("meta"))
+    args = SimpleNamespace(ppo=SimpleNamespace(batch_size=32), num_ranks=2, rank_minibatch_size=8)
+    indices = train_policy.minibatch_indices(fake, args)
+    assert len(indices) == 2 and all(i.device.type == "meta" and i.shape == (16,) for i in indices)
+
+
+def test_an_oai_reward_model_is_converted_by_process_0_alone(monkeypatch):
+    """Under torchrun, process 0 converts oai:NAME into the cache while the others wait in main_first, then read it."""
+    events = []
+
+    class FakeRanks:
+        @contextlib.contextmanager
+        def main_first(self):
+            events.append("enter")
+            yield
+            events.append("leave")
+
+    def resolve(path):
+        events.append(f"resolve {path}")
+        raise UserError("stop here")  # what follows (loading the converted model) is not this test's
+
+    monkeypatch.setattr(train_policy, "resolve_reward_model", resolve)
+    args = train_policy.build_args("sentiment")
+    args.rewards.trained_model = "oai:sentiment"
+    with pytest.raises(UserError, match="stop here"):
+        train_policy.get_reward_model(args, tokenizer=None, device="cpu", ranks=FakeRanks())
+    assert events == ["enter", "resolve oai:sentiment"]  # the conversion ran inside main_first
