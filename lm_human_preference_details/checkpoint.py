@@ -29,9 +29,11 @@ from lm_human_preference_details.files import atomic_path
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
-# options a resumed run may change: where and how it runs, not what it computes
+# options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
+# emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
-                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval"}
+                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
+                        "world_size"}
 
 
 # ----------------------------------------------------------------------------------------------- random generators
@@ -58,10 +60,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what `rng_state` returned."""
+    """Restore what `rng_state` returned, on the hardware there is now: the CUDA states of the devices visible here
+    (GPU i takes the saved GPU i's; a checkpoint saved with more GPUs visible, or on a CPU, is fine)."""
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for i, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, i)
     np.random.set_state(unpack_numpy_state(state["numpy"]))
     random.setstate(state["python"])
 

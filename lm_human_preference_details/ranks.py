@@ -23,6 +23,7 @@ share one fused backward pass and the processes all-reduce their mean: the same 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sys
 from typing import Callable, Iterable, Iterator
@@ -349,8 +350,23 @@ class RankDraws:
             raise UserError(f"the checkpoint has {state['num_ranks']} emulated ranks, this run {self.ranks.num_ranks}; "
                             f"pass --num-ranks {state['num_ranks']}")
         for r, g, n in zip(self.ranks.held, self.torch_generators, self.numpy_generators):
-            g.set_state(state["ranks"][r]["torch"])
+            set_generator_state(g, state["ranks"][r]["torch"])
             n.set_state(unpack_numpy_state(state["ranks"][r]["numpy"]))
+
+
+def set_generator_state(generator: torch.Generator, saved: torch.Tensor) -> None:
+    """Restore a torch generator's saved state, saved on this kind of device or another (docs/checkpoints.md).
+
+    The same kind (CPU: Mersenne Twister, 5056 bytes; CUDA: Philox seed and offset, 16 bytes) takes it as it is. A CPU
+    state cannot become a CUDA one or back (the two draw different streams from one seed), so the generator is seeded
+    from the saved state's bytes instead: a resumed run moved to other hardware draws new noise, the same on every
+    resume of that checkpoint there, and each rank its own.
+    """
+    if saved.numel() == generator.get_state().numel():
+        generator.set_state(saved)
+        return
+    digest = hashlib.sha256(saved.cpu().numpy().tobytes()).digest()
+    generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)  # 63 bits: any generator's seed
 
 
 def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor) -> None:
