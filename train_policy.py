@@ -144,7 +144,8 @@ class Args(RunArgs):
     """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
     RunHParams: 50)"""
     bf16: bool = False
-    """bfloat16 autocast for every forward pass (a numerics deviation, README "Differences"); log-softmax stays fp32"""
+    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences"); the LM
+    head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
     n_updates: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     rank_minibatch_size: tyro.conf.Suppress[int] = 0
