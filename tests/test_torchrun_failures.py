@@ -40,6 +40,12 @@ INJECT = textwrap.dedent('''
             def full(state, path):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             checkpoint.write_state = full
+        elif what == "tracker":  # the metrics file cannot be written on process 0 (a full disk)
+            import lm_human_preference_details.tracking as tracking
+
+            def full_log(self, metrics, step):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            tracking.Tracker.log = full_log
 ''')
 
 
@@ -112,6 +118,13 @@ def test_a_checkpoint_write_that_fails_on_process_0(assets, reward_model, tmp_pa
     assert_job_failed_together(proc, f"cannot save {tmp_path / 'run' / 'checkpoints'}")
     assert os.strerror(errno.ENOSPC) in proc.stderr
     assert not (tmp_path / "run" / "policy").exists()  # the models are written after the checkpoint, which failed
+
+
+def test_a_tracker_write_that_fails_on_process_0(assets, reward_model, tmp_path):
+    """Process 0's log fails inside the update while process 1 goes on to the next update's collectives."""
+    proc = torchrun_policy(assets, reward_model, tmp_path, tmp_path / "run", inject="tracker")
+    assert_job_failed_together(proc, f"error: unexpected OSError: [Errno {errno.ENOSPC}]")
+    assert not list((tmp_path / "run" / "checkpoints").glob("update_*"))  # it stopped at update 0, before saving
 
 
 def test_any_exception_on_process_0_inside_main_first(assets, reward_model, tmp_path):
