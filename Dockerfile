@@ -25,5 +25,5 @@ RUN pip install --no-cache-dir -c constraints.txt -e ".[test]"
 # .dockerignore keeps runs/, wandb/, caches and .git out
 COPY . .
 VOLUME ["/workspace/cache", "/workspace/lm-human-preference-details/runs"]
-ENTRYPOINT ["tini", "--", "sh", "-c", "echo 'lmhp image: torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580 and a GPU of compute capability >= 7.5 (no V100/P100), run with --gpus all; without one it trains on the CPU' >&2; exec \"$@\"", "lmhp"]
+ENTRYPOINT ["tini", "--", "sh", "-c", "echo 'lmhp image: torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580 and a GPU of compute capability >= 7.5 (no V100/P100), run with --gpus all; without one only the offline task trains (on the CPU)' >&2; exec \"$@\"", "lmhp"]
 CMD ["python", "train_policy.py", "--help"]

@@ -19,6 +19,7 @@ Each update (OAI lm_human_preferences/train_policy.py: PPOTrainer.step), in trai
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -143,7 +144,8 @@ class Args(RunArgs):
     """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
     RunHParams: 50)"""
     bf16: bool = False
-    """bfloat16 autocast for every forward pass (a numerics deviation, README "Differences"); log-softmax stays fp32"""
+    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences"); the LM
+    head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
     n_updates: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     rank_minibatch_size: tyro.conf.Suppress[int] = 0
@@ -246,12 +248,13 @@ def check_reward_task(path: str, hparams: dict, task: TaskHParams) -> None:
                             f"--task.{key.replace('_', '-')}")
 
 
-def get_reward_model(args: Args, tokenizer, device) -> tuple[RewardModel, dict]:
+def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) -> tuple[RewardModel, dict]:
     """Load --rewards.trained-model, or train one with train_reward.py first (as OAI launch.py does)."""
     path = args.rewards.trained_model
     if path is None:
         path = train_reward.train(reward_run_args(args, check_inputs=False))  # checked by Args.finalize
-    path = resolve_reward_model(path)  # oai:NAME or a TF checkpoint of the original: converted once, cached
+    with ranks.main_first() if ranks is not None else contextlib.nullcontext():  # process 0 converts, the others wait
+        path = resolve_reward_model(path)  # oai:NAME or a TF checkpoint of the original: converted once, cached
     reward_model, reward_tokenizer, hparams = load_model_dir(path, "reward", device)
     check_reward_task(path, hparams, args.task)
     if reward_tokenizer.get_vocab() != tokenizer.get_vocab():
@@ -296,7 +299,7 @@ def minibatch_indices(ranks: Ranks, args: Args) -> list[torch.Tensor]:
     per_rank = args.ppo.batch_size // args.num_ranks
     shares = ranks.draws.minibatch_permutations(per_rank)  # each held rank's own order of its share
     permutations = [torch.from_numpy(p) + i * per_rank for i, p in enumerate(shares)]
-    order = torch.stack(permutations)  # [held ranks, per_rank]
+    order = torch.stack(permutations).to(ranks.device)  # [held ranks, per_rank], where the rollout's tensors are
     return [order[:, s : s + args.rank_minibatch_size].reshape(-1) for s in range(0, per_rank, args.rank_minibatch_size)]
 
 
@@ -429,7 +432,7 @@ def train(args: Args) -> dict:
         with ranks.main_first():  # process 0 builds any cached assets, the others read them
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        reward_model, reward_hparams = get_reward_model(args, tokenizer, device)
+        reward_model, reward_hparams = get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
         policy, ref_policy = initial_policies(args, tokenizer.pad_token_id, ranks)

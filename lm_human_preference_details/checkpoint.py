@@ -30,9 +30,11 @@ CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
 RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what Run.save writes and Run.start reads
-# options a resumed run may change: where and how it runs, not what it computes
+# options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
+# emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
-                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval"}
+                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
+                        "world_size"}
 
 
 # ----------------------------------------------------------------------------------------------- random generators
@@ -59,10 +61,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what `rng_state` returned."""
+    """Restore what `rng_state` returned, on the hardware there is now: the CUDA states of the devices visible here
+    (GPU i takes the saved GPU i's; a checkpoint saved with more GPUs visible, or on a CPU, is fine)."""
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for i, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, i)
     np.random.set_state(unpack_numpy_state(state["numpy"]))
     random.setstate(state["python"])
 
@@ -293,9 +297,11 @@ class BackgroundSaver:
         return checkpoint_dir(self.run_dir, update)
 
     def wait_copied(self) -> None:
-        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors."""
+        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors.
+
+        A copy or write that failed is not raised here, inside an update where the other torchrun processes may wait
+        in a collective, but at the update's end (`check`, `error`: run.py shares it with every process)."""
         self._copied.wait()
-        self.check()
 
     def _copy(self, state: dict, ready: tuple[int, torch.cuda.Event] | None) -> None:
         """The thread's first job: ``state``'s tensors into the CPU copies (on a GPU, on a stream of its own)."""
@@ -316,12 +322,17 @@ class BackgroundSaver:
             try:
                 self._copy(state, ready)
             finally:
-                self._copied.set()  # the loop goes on (a failed copy is raised on it by wait_copied)
+                self._copied.set()  # the loop goes on (a failed copy is raised at the update's end)
             save_checkpoint(self.run_dir, update, self._state, self.keep)  # the checkpoint first: it resumes a run
             if write_models is not None:
                 write_models(self.models)
         except BaseException as e:  # the main thread raises it (check / wait)
             self._error = e
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error of a write that failed, without raising it or waiting for one still under way."""
+        return self._error
 
     def check(self) -> None:
         """Raise the error of a write that failed, without waiting for one still under way."""

@@ -62,15 +62,20 @@ def run_main(main: Callable[[], object]) -> None:
     try:
         main()
     except UserError as e:
+        if getattr(e, "said", False):  # a torchrun job's agreed failure, printed by process 0 (ranks.agree_on)
+            leave_quietly(e.exit_code)
         say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
     except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
-        if not disk_full(e):
+        if disk_full(e):
+            where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+            say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a "
+                     "run keeps its last checkpoint: continue it with --resume)")
+            sys.exit(2)
+        if torchrun_rank() == "0":  # under torchrun, a peer's collective failing as process 0 dies: no traceback there
             raise
-        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
-        say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a run "
-                 "keeps its last checkpoint: continue it with --resume)")
-        sys.exit(2)
+        say_once(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         what = f" while {e.while_doing}" if hasattr(e, "while_doing") else ""
@@ -80,6 +85,17 @@ def run_main(main: Callable[[], object]) -> None:
         sys.exit(128 + signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def leave_quietly(exit_code: int) -> None:
+    """End a process whose job's error line is printed: process 0 at once; the others first wait (up to
+    OTHER_RANKS_WAIT_S) for torchrun to stop them once process 0 has ended, so that process 0 is never stopped first."""
+    if torchrun_rank() != "0":
+        try:
+            time.sleep(OTHER_RANKS_WAIT_S)
+        except Interrupted as e:  # torchrun stopping this process once process 0 has ended: 128 + SIGTERM
+            sys.exit(128 + e.signum)
+    sys.exit(exit_code)
 
 
 OTHER_RANKS_WAIT_S = 10.0  # how long processes 1..n-1 of a torchrun job wait for process 0 before they speak
@@ -117,24 +133,32 @@ def gpu_has_kernels(capability: tuple[int, int], arch_list: list[str]) -> bool:
     return False
 
 
+def why_no_gpu() -> Optional[tuple[str, str]]:
+    """None when this torch can run on the first CUDA GPU; else (why it cannot, what would fix it), in words."""
+    build = torch.version.cuda
+    if build is None:
+        return f"torch {torch.__version__} is a CPU-only build", "install a CUDA build of torch (docs/install.md)"
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} is a CUDA {build} build but finds no usable GPU",
+                "it needs an NVIDIA GPU and driver (CUDA 13.x builds: driver >= 580; in Docker: docker run --gpus all)")
+    capability, arch_list = torch.cuda.get_device_capability(0), torch.cuda.get_arch_list()
+    if not gpu_has_kernels(capability, arch_list):
+        return (f"torch {torch.__version__} (CUDA {build}) has no kernels for {torch.cuda.get_device_name(0)} (compute "
+                f"capability {capability[0]}.{capability[1]}; built for {' '.join(arch_list)})",
+                "install a torch build for this GPU")
+    return None
+
+
 def auto_device() -> tuple[torch.device, Optional[str]]:
     """--device auto: the first CUDA GPU if this torch can run on it, else the CPU; and a warning when a CUDA build of
     torch falls back to the CPU (no GPU visible, a driver too old for the build, or a GPU it has no kernels for)."""
-    build = torch.version.cuda
-    if not torch.cuda.is_available():
-        if build is None:
-            return torch.device("cpu"), None
-        return torch.device("cpu"), (
-            f"torch {torch.__version__} is a CUDA {build} build but finds no usable GPU, so this run trains on the CPU: "
-            f"it needs an NVIDIA GPU and driver (CUDA 13.x builds: driver >= 580; in Docker: docker run --gpus all); "
-            "pass --device cpu to silence this")
-    capability, arch_list = torch.cuda.get_device_capability(0), torch.cuda.get_arch_list()
-    if not gpu_has_kernels(capability, arch_list):
-        return torch.device("cpu"), (
-            f"torch {torch.__version__} (CUDA {build}) has no kernels for {torch.cuda.get_device_name(0)} (compute "
-            f"capability {capability[0]}.{capability[1]}; built for {' '.join(arch_list)}), so this run trains on the "
-            "CPU: install a torch build for this GPU, or pass --device cpu to silence this")
-    return torch.device("cuda"), None
+    missing = why_no_gpu()
+    if missing is None:
+        return torch.device("cuda"), None
+    if torch.version.cuda is None:  # the CPU wheel: the CPU is what it is for
+        return torch.device("cpu"), None
+    why, fix = missing
+    return torch.device("cpu"), f"{why}, so this run trains on the CPU: {fix}; pass --device cpu to silence this"
 
 
 _said: set[str] = set()  # the device lines this process printed: a policy run trains its reward model in-process
@@ -147,11 +171,16 @@ def print_once(text: str, file=None) -> None:
         print(text, file=file)
 
 
-def pick_device(name: str, tf32: bool = True) -> torch.device:
+def pick_device(name: str, tf32: bool = True, gpu_sized: str = "") -> torch.device:
     """'auto' -> cuda if usable else cpu, said in one line on stdout (and a warning on stderr when a CUDA build of torch
-    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False."""
+    finds no usable GPU); on CUDA, TF32 matmuls unless ``tf32`` is False. ``gpu_sized``: the task, when its runs take
+    days on a CPU: 'auto' then refuses the CPU in one line (--device cpu insists)."""
     if name == "auto":
         device, warning = auto_device()
+        if device.type == "cpu" and gpu_sized:
+            why, fix = why_no_gpu()
+            raise UserError(f"--device auto finds no usable GPU ({why}), and a --task {gpu_sized} run takes days on a "
+                            f"CPU: {fix}, or pass --device cpu to train on the CPU anyway")
         if torchrun_rank() == "0":  # once per run under torchrun: every rank picks the same
             where = f"cuda ({torch.cuda.get_device_name(0)})" if device.type == "cuda" else "cpu"
             print_once(f"--device auto: {where}; {visible_devices()}")  # stdout: stderr is for warnings and errors only

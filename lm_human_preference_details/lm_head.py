@@ -2,6 +2,9 @@
 
 Both compute exactly what the plain formulas give (tests/test_lm_head.py checks them against those): a categorical
 draw from softmax(h @ W.T / T) with its log-prob (C1, C2), and log-probs and entropies of given tokens (C3).
+
+The logits, their softmax and log-softmax are float32 under --bf16 too (`full_precision`): GPT-2's logits lie near
+-100, where bfloat16's step is 0.5, so a bf16 logit would move a log-prob by up to ~0.25 nats.
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ def _block_size(v: int) -> int:
     """A divisor of v near sqrt(v) (50257 = 29 * 1733 -> 1733), else 256."""
     divisors = [d for d in range(64, 4097) if v % d == 0]
     return min(divisors, key=lambda d: abs(d - math.isqrt(v))) if divisors else 256
+
+
+def full_precision(device: torch.device) -> torch.autocast:
+    """Autocast off inside: the LM head's products run in the dtype of their (cast-up) inputs, float32 at least."""
+    # --bf16's deviation (README "Differences") covers the transformer only: the head computes as the original's, fp32
+    return torch.autocast(device.type, enabled=False)
 
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None = None,
@@ -62,20 +71,22 @@ def sample_step(h: torch.Tensor, weight: torch.Tensor, temperature: float, gener
     log-sum-exp's summand.
     """
     # OAI lm_human_preferences/policy.py: respond_op (logits / temperature, sample, logprob of the sample)
-    h = h / temperature  # (h / T) @ W.T: the division touches [b, d], not [b, V]
-    logits = _at_least_fp32(head_logits(h, weight))  # [b, V]
-    m = logits.amax(dim=-1, keepdim=True)  # [b, 1]
-    weights = logits.sub_(m).exp_()  # [b, V] exp(logits - max), in place
-    token = sample_from_weights(weights, generator, u)  # [b, 1]
-    # log-prob = logit - max - log(sum exp(logit - max)); the logit recomputed from h exactly
-    logit = torch.einsum("bd,bd->b", _at_least_fp32(h), _at_least_fp32(weight[token.squeeze(1)]))[:, None]
-    return token, logit - m - weights.sum(dim=-1, keepdim=True).log()
+    with full_precision(h.device):
+        h = _at_least_fp32(h) / temperature  # (h / T) @ W.T: the division touches [b, d], not [b, V]
+        logits = head_logits(h, weight)  # [b, V]
+        m = logits.amax(dim=-1, keepdim=True)  # [b, 1]
+        weights = logits.sub_(m).exp_()  # [b, V] exp(logits - max), in place
+        token = sample_from_weights(weights, generator, u)  # [b, 1]
+        # log-prob = logit - max - log(sum exp(logit - max)); the logit recomputed from h exactly
+        logit = torch.einsum("bd,bd->b", h, _at_least_fp32(weight[token.squeeze(1)]))[:, None]
+        return token, logit - m - weights.sum(dim=-1, keepdim=True).log()
 
 
 def head_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """[n, d] hidden, [V, d] LM head -> [n, V] logits h @ W.T, computed as (W @ h.T).T."""
+    """[n, d] hidden, [V, d] LM head -> [n, V] logits h @ W.T in float32 at least (autocast off), as (W @ h.T).T."""
     # the same products; with the vocabulary as the rows of the product, MKL runs 1.2-1.5x faster on a CPU
-    return (weight @ h.t()).t().contiguous()
+    with full_precision(h.device):
+        return (_at_least_fp32(weight) @ _at_least_fp32(h).t()).t().contiguous()
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -103,14 +114,21 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
-        h = h / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
+        with full_precision(h.device):
+            return _ChunkedLogprobs._forward(ctx, h, weight, labels, temperature, chunk, keep_probs_elements)
+
+    @staticmethod
+    def _forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
+        """`forward`'s work, autocast off: ``h`` cast up to float32 at least, every product in its dtype."""
+        ctx.h_dtype = h.dtype
+        h = _at_least_fp32(h) / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
         n, v = h.shape[0], weight.shape[0]
         # (grad mode is always off inside forward: needs_input_grad says whether a backward pass can follow)
         keep = any(ctx.needs_input_grad[:2]) and n * v <= keep_probs_elements
         probs = h.new_empty((n, v), dtype=torch.promote_types(h.dtype, torch.float32)) if keep else None  # [n, V]
         logprobs, entropies, lses = [], [], []
         for i in range(0, n, chunk):
-            logits = _at_least_fp32(head_logits(h[i : i + chunk], weight))  # [chunk, V]
+            logits = head_logits(h[i : i + chunk], weight)  # [chunk, V]
             m = logits.amax(dim=-1, keepdim=True)
             z = logits.sub_(m)  # shifted logits, in place
             e = torch.exp(z, out=probs[i : i + chunk]) if keep else torch.exp(z)  # kept: written in place
@@ -130,7 +148,13 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropies):
-        h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T
+        with full_precision(grad_logprobs.device):
+            return _ChunkedLogprobs._backward(ctx, grad_logprobs)
+
+    @staticmethod
+    def _backward(ctx, grad_logprobs):
+        """`backward`'s work, autocast off."""
+        h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T, and float32 at least
         grad_h = torch.empty_like(h)
         # in place, so that under autocast too the [V, d] gradient is summed in (at least) float32
         grad_w = _at_least_fp32(torch.zeros_like(weight))
@@ -139,14 +163,14 @@ class _ChunkedLogprobs(torch.autograd.Function):
             if probs is not None:
                 softmax = probs[rows]  # [chunk, V], kept from the forward pass
             else:
-                softmax = torch.exp_(_at_least_fp32(head_logits(h[rows], weight)).sub_(lse[rows, None]))  # recomputed
+                softmax = torch.exp_(head_logits(h[rows], weight).sub_(lse[rows, None]))  # recomputed
             # d logprob / d logits = onehot(label) - softmax(logits)
             dlogits = softmax * -grad_logprobs[rows, None]
             dlogits.scatter_add_(1, labels[rows, None], grad_logprobs[rows, None])
             grad_h[rows] = (dlogits @ weight.to(dlogits.dtype)).to(h.dtype)
             grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))  # [V, d]
         # chain through h / T
-        return grad_h / ctx.temperature, grad_w.to(weight.dtype), None, None, None, None
+        return (grad_h / ctx.temperature).to(ctx.h_dtype), grad_w.to(weight.dtype), None, None, None, None
 
 
 def response_logprobs(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float,

@@ -19,7 +19,7 @@ from torch import nn
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
-from lm_human_preference_details.lm_head import response_logprobs, sample_categorical, sample_step
+from lm_human_preference_details.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.ppo import entropy_from_logits, logprobs_from_logits
 from lm_human_preference_details.tokenizer import load_tokenizer
 
@@ -211,9 +211,10 @@ class LMWithHead(nn.Module):
         return weight if weight.shape[0] == self.n_vocab else weight[: self.n_vocab]
 
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """[..., d] hidden -> [..., n_vocab] float32 logits over the real tokens only (B5)."""
+        """[..., d] hidden -> [..., n_vocab] float32 logits over the real tokens only (B5), autocast off (--bf16 too)."""
         # OAI lm_human_preferences/policy.py: step_core slices logits to n_vocab
-        return self.lm.get_output_embeddings()(h)[..., : self.n_vocab].float()
+        with full_precision(h.device):
+            return self.lm.get_output_embeddings()(h.float())[..., : self.n_vocab].float()
 
 
 class RewardModel(LMWithHead):

@@ -306,4 +306,5 @@ def task() -> OfflineTask:
         ppo={"total_episodes": 3840, "batch_size": 64, "lr": 1e-3, "whiten_rewards": True},
         rewards={"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
         run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
+        gpu_sized=False,  # minutes on a CPU: --device auto keeps the CPU
     )

@@ -23,7 +23,9 @@ share one fused backward pass and the processes all-reduce their mean: the same 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import sys
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -76,14 +78,15 @@ def torchrun_world() -> tuple[int, int, int]:
 
 
 def setup_distributed(device: torch.device) -> torch.device:
-    """Join torchrun's process group (NCCL on CUDA, gloo on CPU) once; returns this process's device."""
+    """Make ``device`` (cuda:N) the current CUDA device and join torchrun's process group (NCCL on CUDA, gloo on CPU)
+    once; returns this process's device."""
     world_size, _, local_rank = torchrun_world()
+    if world_size > 1 and device.type == "cuda" and device.index is None:  # one GPU per process on each node
+        device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and device.index is not None:  # cuda:N is the current device: the saver's stream, events
+        torch.cuda.set_device(device)  # and pinned memory belong to it, not to GPU 0
     if world_size == 1:
         return device
-    if device.type == "cuda" and device.index is None:  # one GPU per process on each node
-        device = torch.device("cuda", local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     if not dist.is_initialized():
         # env:// rendezvous: torchrun sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (multi-node too)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
@@ -107,9 +110,11 @@ class Ranks:
         seed the global generators with rank 0's seed in every process (so every process builds the same models), and
         record the number of processes in ``args.world_size``."""
         from lm_human_preference_details.cli import pick_device
+        from lm_human_preference_details.tasks import get_task
 
         seed_globals(args.seed)
-        device = setup_distributed(pick_device(args.device, args.tf32))
+        gpu_sized = args.task_name if get_task(args.task_name).gpu_sized else ""
+        device = setup_distributed(pick_device(args.device, args.tf32, gpu_sized=gpu_sized))
         ranks = cls(args.num_ranks, args.seed, device, exact=args.exact_ranks)
         args.world_size = ranks.world_size
         return ranks
@@ -228,14 +233,71 @@ class Ranks:
         if self.world_size > 1:
             dist.barrier()
 
+    # -------------------------------------------------------------------------- decisions that end a run
+    def agree_on(self, error: Exception | None) -> None:
+        """Every process says whether it failed; if any did, all raise together (docs/ranks.md, "When a process fails").
+
+        Call it on every process at the same point. One process alone: ``error`` is raised as it is. Under torchrun the
+        errors are gathered; process 0 prints the line of the first process that failed, then every process raises
+        `JobFailed` (already said): nobody is left waiting in a collective for a process that has gone.
+        """
+        if self.world_size == 1:
+            if error is not None:
+                raise error
+            return
+        lines: list = [None] * self.world_size
+        dist.all_gather_object(lines, None if error is None else error_line(error))
+        failed = [p for p, line in enumerate(lines) if line is not None]
+        if not failed:
+            return
+        first = failed[0]
+        line = lines[first] if first == 0 else f"{lines[first]} (process {first})"
+        if self.is_main:
+            print(line, file=sys.stderr, flush=True)  # before any shutdown step: the job's one line
+        code = getattr(error, "exit_code", 2 if isinstance(error, UserError) else 1) if error is not None else 1
+        raise JobFailed(line, code) from None
+
+    @contextlib.contextmanager
+    def agree(self) -> Iterator[None]:
+        """Every process runs the block, then they share whether it failed anywhere (`agree_on`)."""
+        error = None
+        try:
+            yield
+        except Exception as e:  # Ctrl-C and SIGTERM reach every process: they are not caught
+            error = e
+        self.agree_on(error)
+
     @contextlib.contextmanager
     def main_first(self) -> Iterator[None]:
-        """Process 0 runs the block first (e.g. building a cache), then the others (reading it)."""
+        """Process 0 runs the block first (e.g. checking and locking a run directory, building a cache), then the
+        others (reading it); each turn ends with `agree_on`, so a failure in it ends every process at once."""
         if not self.is_main:
-            self.barrier()
-        yield
+            self.agree_on(None)  # process 0's turn
+        error = None
+        try:
+            yield
+        except Exception as e:
+            error = e
+        self.agree_on(error)
         if self.is_main:
-            self.barrier()
+            self.agree_on(None)  # the others' turn
+
+
+class JobFailed(UserError):
+    """A torchrun job's failure, agreed by every process: its one line is already printed (by process 0)."""
+
+    said = True
+
+    def __init__(self, line: str, exit_code: int):
+        super().__init__(line)
+        self.exit_code = exit_code
+
+
+def error_line(error: Exception) -> str:
+    """The one line a failure prints: a UserError's message, or an unexpected error's type and message."""
+    if isinstance(error, UserError):
+        return f"error: {error}"
+    return f"error: unexpected {type(error).__name__}: {error}"
 
 
 class RankDraws:
@@ -288,8 +350,23 @@ class RankDraws:
             raise UserError(f"the checkpoint has {state['num_ranks']} emulated ranks, this run {self.ranks.num_ranks}; "
                             f"pass --num-ranks {state['num_ranks']}")
         for r, g, n in zip(self.ranks.held, self.torch_generators, self.numpy_generators):
-            g.set_state(state["ranks"][r]["torch"])
+            set_generator_state(g, state["ranks"][r]["torch"])
             n.set_state(unpack_numpy_state(state["ranks"][r]["numpy"]))
+
+
+def set_generator_state(generator: torch.Generator, saved: torch.Tensor) -> None:
+    """Restore a torch generator's saved state, saved on this kind of device or another (docs/checkpoints.md).
+
+    The same kind (CPU: Mersenne Twister, 5056 bytes; CUDA: Philox seed and offset, 16 bytes) takes it as it is. A CPU
+    state cannot become a CUDA one or back (the two draw different streams from one seed), so the generator is seeded
+    from the saved state's bytes instead: a resumed run moved to other hardware draws new noise, the same on every
+    resume of that checkpoint there, and each rank its own.
+    """
+    if saved.numel() == generator.get_state().numel():
+        generator.set_state(saved)
+        return
+    digest = hashlib.sha256(saved.cpu().numpy().tobytes()).digest()
+    generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)  # 63 bits: any generator's seed
 
 
 def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor) -> None:

@@ -57,7 +57,7 @@ from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.progress import progress, write_above_progress
-from lm_human_preference_details.ranks import shutdown_distributed
+from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
 from lm_human_preference_details.tracking import Tracker
 
 T = TypeVar("T")
@@ -274,13 +274,16 @@ def check_finite(where: str, **values: Any) -> None:
 # ----------------------------------------------------------------------------------------------- the run
 def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
     """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
-    train, and leave torchrun's process group at the end."""
+    train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
     from lm_human_preference_details.tasks import parse_args
 
     try:
-        return train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
-    finally:
+        result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
+    except JobFailed:  # agreed by every process: none waits in a collective any more
         shutdown_distributed()
+        raise
+    shutdown_distributed()  # not after another failure: a peer may still wait in a collective (docs/ranks.md)
+    return result
 
 
 def draw_curves(run_dir: Path) -> None:
@@ -303,6 +306,7 @@ class Run:
         self.saver: Optional[BackgroundSaver] = None
         self.resume_from: Optional[Path] = None
         self.finished = False
+        self._failure: Optional[Exception] = None  # process 0's tracker error, shared after the update
         self.show: dict[str, str] = {}
         self._lock = DirectoryLock(self.dir)
         self._made_dir = False
@@ -403,6 +407,12 @@ class Run:
         ``objects`` (name -> object with state_dict) are what a checkpoint saves; ``identity`` is what a resumed run
         must match (`check_same_run`); ``models`` are also written as Hugging Face directories RUN/NAME at each save.
         """
+        with self.ranks.agree():  # the tracker (process 0 alone) or a checkpoint may fail: every process stops then
+            return self._start(config, objects, identity, models, tokenizer)
+
+    def _start(self, config: dict, objects: Mapping[str, Any] | None, identity: dict | None,
+               models: Mapping[str, nn.Module] | None, tokenizer) -> int:
+        """`start`'s work, on every process (no collective inside)."""
         self.config, self.objects, self.identity = config, dict(objects or {}), identity or config
         self.models, self.tokenizer = dict(models or {}), tokenizer
         checkpoint = (load_checkpoint(self.resume_from, RESUMABLE) if self.resume_from else
@@ -441,22 +451,31 @@ class Run:
         with StopSignals() as stop:
             for update in self.progress:
                 yield update
-                # every process stops at the same update: a signal reaching one of them stops all (saving is collective)
-                stopping = self.ranks.sum(torch.tensor([float(stop.signum is not None)])).item() > 0
+                stopping = self._agree_after_update(stop)
                 done = update + 1
                 saved = None
                 if self.saver is not None and (done % save_interval == 0 or done == total or stopping):
-                    saved = self.save(done)
-                if self.saver is not None:
-                    self.saver.check()  # a write that failed ends the run now, not 50 updates later
+                    with self.ranks.agree():  # process 0 alone writes: its failure is every process's
+                        saved = self.save(done)
+                        if stopping or done == total:
+                            self.saver.wait()
                 if stopping:
                     if self.saver is not None:
-                        self.saver.wait()
                         raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with "
                                       "--resume", stop.signum or signal.SIGTERM)
                     raise Stopped(f"stopped by {stop.name} during {desc} training (batch {update}); --resume trains it "
                                   "again", stop.signum or signal.SIGTERM)
         self.progress.close()
+
+    def _agree_after_update(self, stop: StopSignals) -> bool:
+        """After each update every process learns, in one all-reduce, whether a signal reached any of them (-> True:
+        all stop at this update, saving is collective) and whether process 0's tracker or checkpoint writer failed
+        (then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50 updates later)."""
+        error = self._failure or (self.saver.error if self.saver is not None else None)
+        flags = self.ranks.sum(torch.tensor([float(stop.signum is not None), float(error is not None)]))
+        if flags[1].item() > 0:
+            self.ranks.agree_on(error)
+        return flags[0].item() > 0
 
     def save(self, done: int) -> Path:
         """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
@@ -483,18 +502,31 @@ class Run:
         from lm_human_preference_details.model import save_model_dir
 
         path = self.dir / name
-        if self.is_main:
-            with save_errors(self.dir, path):
-                save_model_dir(path, model, self.tokenizer, hparams)
-        self.ranks.barrier()
+        with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
+            if self.is_main:
+                with save_errors(self.dir, path):
+                    save_model_dir(path, model, self.tokenizer, hparams)
         return path
 
     def log(self, stats: Mapping[str, float], step: int) -> None:
-        """Log a row of metrics at ``step`` and show the chosen ones on the progress bar."""
-        self.tracker.log(dict(stats), step=step)
+        """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (on
+        process 0) ends the run at the end of this update, on every process (`_agree_after_update`)."""
+        self._keep_failure(self.tracker.log, dict(stats), step=step)
         shown = {label: f"{stats[name]:.4g}" for label, name in self.show.items() if name in stats}
         if shown and getattr(self, "progress", None) is not None:
             self.progress.set_postfix(shown, refresh=False)
 
     def log_table(self, name: str, columns: list[str], rows: list[list], step: int) -> None:
-        self.tracker.log_table(name, columns, rows, step=step)
+        """Log a table (process 0's samples) at ``step``; a failure is kept as `log`'s is."""
+        self._keep_failure(self.tracker.log_table, name, columns, rows, step=step)
+
+    def _keep_failure(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """Call ``write``; its first error is kept for the agreement after the update (under torchrun the others are
+        already on their way to its collectives), raised at once in a single process."""
+        if self.ranks.world_size == 1:
+            write(*args, **kwargs)
+            return
+        try:
+            write(*args, **kwargs)
+        except Exception as e:
+            self._failure = self._failure or e

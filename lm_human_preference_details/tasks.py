@@ -144,6 +144,8 @@ class Task:
     """RunArgs defaults of both scripts (the offline demo: --exact-ranks)"""
     heldout_query_dataset: Optional[str] = None
     """a local query file held out for evaluation, when the task's corpus is local (the original's datasets have modes)"""
+    gpu_sized: bool = True
+    """a run takes days on a CPU (GPT-2 124M and up): --device auto refuses to fall back to the CPU (cli.pick_device)"""
 
     def prepare(self) -> None:
         """Make the local assets the task needs, once (the original's tasks download theirs as they go)."""

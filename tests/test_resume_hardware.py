@@ -1,0 +1,109 @@
+"""Issue 31: --resume on other hardware: another number of torchrun processes, fewer GPUs, another device kind."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lm_human_preference_details import checkpoint
+from lm_human_preference_details.checkpoint import check_same_run
+from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.ranks import set_generator_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------ generator states
+def test_a_checkpoint_naming_more_gpus_than_visible_restores_the_visible_ones(monkeypatch):
+    """Saved on 8 GPUs (here 3 crafted states), resumed where one is visible (Docker --gpus '"device=3"')."""
+    saved = {**checkpoint.rng_state(), "cuda": [torch.full((16,), i, dtype=torch.uint8) for i in range(3)]}
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((device, state[0].item())))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.extend(enumerate(states)))
+    checkpoint.set_rng_state(saved)
+    assert restored == [(0, 0)]  # GPU 0 takes the saved GPU 0's state; the others are not there
+
+
+def test_a_generator_state_of_another_device_kind_is_re_derived():
+    """A CUDA generator's state (Philox: 16 bytes) restored into a CPU generator (5056 bytes), as a run saved on a GPU
+    and resumed on the CPU: seeded from the saved bytes, the same every time, different for different states."""
+    cuda_like = [torch.arange(16, dtype=torch.uint8), torch.arange(16, dtype=torch.uint8) + 1]
+    draws = []
+    for state in (cuda_like[0], cuda_like[0], cuda_like[1]):
+        g = torch.Generator()
+        set_generator_state(g, state)
+        draws.append(torch.rand(4, generator=g))
+    assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
+    same_kind = torch.Generator().manual_seed(5)
+    torch.rand(3, generator=same_kind)
+    g = torch.Generator()
+    set_generator_state(g, same_kind.get_state())  # the same kind: taken as it is
+    assert torch.equal(torch.rand(4, generator=g), torch.rand(4, generator=same_kind))
+
+
+def test_world_size_and_device_may_change_on_resume_but_not_the_ranks():
+    saved = {"world_size": 1, "device": "cuda", "num_ranks": 8, "ppo": {"lr": 1e-5}}
+    check_same_run(saved, {**saved, "world_size": 2, "device": "cpu"})
+    with pytest.raises(UserError, match=r"num_ranks 8 -> 4"):
+        check_same_run(saved, {**saved, "num_ranks": 4})
+
+
+# ------------------------------------------------------------------------------ 1 process <-> 2 torchrun processes
+def policy(assets, reward_model, run_dir, processes: int, *extra) -> None:
+    """4 PPO updates with --exact-ranks, a checkpoint every 2 (both kept), on 1 process or 2 (torchrun, gloo)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
+    args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
+            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 128, "--ppo.batch-size", 32,
+            "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards",
+            "--num-ranks", 4, "--exact-ranks", "--device", "cpu", "--save-interval", 2, "--keep-checkpoints", 2,
+            "--output-dir", run_dir, *extra]
+    proc = subprocess.run([sys.executable, *launcher, str(ROOT / "train_policy.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def interrupted_copy(run_dir: Path, into: Path) -> Path:
+    """``run_dir`` as a run killed after its update-2 checkpoint: the update-4 one removed (the logs after it are
+    dropped by --resume)."""
+    shutil.copytree(run_dir, into)
+    shutil.rmtree(into / "checkpoints" / "update_00000004")
+    return into
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("ppo/elapsed/time", "ppo/elapsed/fps")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def reward_model(assets, tmp_path_factory) -> Path:
+    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.tokenizer import load_tokenizer
+
+    path = tmp_path_factory.mktemp("reward") / "reward_model"
+    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
+    save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer, {})
+    return path
+
+
+def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, tmp_path):
+    policy(assets, reward_model, tmp_path / "one", 1)  # uninterrupted, 1 process
+    policy(assets, reward_model, tmp_path / "two", 2)  # uninterrupted, 2 processes
+    uninterrupted = metrics(tmp_path / "one")
+    assert [r["step"] for r in uninterrupted] == [0, 1, 2, 3] and metrics(tmp_path / "two") == uninterrupted
+
+    up = interrupted_copy(tmp_path / "one", tmp_path / "one_then_two")  # saved by 1 process, resumed by 2
+    policy(assets, reward_model, up, 2, "--resume")
+    down = interrupted_copy(tmp_path / "two", tmp_path / "two_then_one")  # saved by 2 processes, resumed by 1
+    policy(assets, reward_model, down, 1, "--resume")
+    assert metrics(up) == uninterrupted and metrics(down) == uninterrupted
+    assert json.loads((up / "config.json").read_text())["world_size"] == 2
