@@ -48,11 +48,10 @@ from lm_human_preference_details.model import (
     load_model_dir,
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
-from lm_human_preference_details.optim import TF1Adam, set_lr
+from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
     FixedKLController,
-    annealed_lr,
     apply_rejection,
     check_ppo,
     compute_advantages,

@@ -35,9 +35,9 @@ import torch
 from lm_human_preference_details import files as cache_files
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.ranks import rank_seed
 from lm_human_preference_details.tokenizer import encode_plain
 
-RANK_SEED_STRIDE = 100003  # OAI fork lm_human_preferences/train_policy.py: seed = run.seed + rank * 100003
 DEFAULT_WINDOW = 1 << 17  # rows kept per rank between reshuffles: a books run draws 1954 * 64 = 125,056 per rank
 
 
@@ -81,12 +81,6 @@ SPLIT_NAME = r"(?:partial-)?(?:train|test|validation|valid|val|dev)"
 
 
 # ------------------------------------------------------------------------------------------ shuffle and shard
-def rank_seed(seed: int, rank: int) -> int:
-    """The seed rank ``rank`` shuffles its dataset with."""
-    # OAI fork lm_human_preferences/train_policy.py, train_reward.py: train (commit 64f402b)
-    return seed + rank * RANK_SEED_STRIDE
-
-
 def shuffled_order(num_rows: int, seed: int) -> np.ndarray:
     """Row order of `datasets.Dataset.shuffle(seed=seed)` on ``num_rows`` rows: [num_rows] int32 (int64 if large)."""
     # datasets arrow_dataset.py Dataset.shuffle: np.random.default_rng(seed).permutation(len(self)), the same
@@ -114,6 +108,8 @@ class RankStream:
         if num_rows < 1:
             raise UserError("the query dataset has no rows")
         self.num_rows, self.rank, self.world_size, self.window = num_rows, rank, world_size, max(window, 1)
+        # E9 per-rank seeds: OAI fork lm_human_preferences/train_policy.py, train_reward.py: train (commit 64f402b),
+        # the dataset shuffled with seed = run.seed + rank * 100003, the rank's own seed
         self.seed = rank_seed(seed, rank)
         # the first window depends on nothing else, and a shuffle of 74M rows takes seconds per rank: cache it
         self._cache = Path(cache_dir or cache_files.CACHE_DIR, "hf_queries",
