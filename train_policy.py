@@ -39,7 +39,6 @@ import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
-from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
@@ -61,7 +60,7 @@ from lm_human_preference_details.ppo import (
     truncate_responses,
     value_loss,
 )
-from lm_human_preference_details.queries import format_queries, make_query_sampler
+from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks, check_seed, seed_globals
 from lm_human_preference_details.run import Run, check_finite, run_script
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task

@@ -23,7 +23,7 @@ import tyro
 
 from lm_human_preference_details.cli import UserError, check_at_least, check_positive
 from lm_human_preference_details.downloads import OAI_URL
-from lm_human_preference_details.query_datasets import dataset_start_end
+from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
 # never be a real one-token start or end text)
@@ -66,8 +66,9 @@ class TaskHParams:
     """sampling temperature of the policy (launch.py: 0.7, cnndm 0.5)"""
 
     def resolved(self) -> TaskHParams:
-        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (dataset_start_end)."""
-        start, end = dataset_start_end(self.query_dataset)
+        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (its QuerySource's)."""
+        source = query_source(self.query_dataset)
+        start, end = source.start_text, source.end_text
         return dataclasses.replace(self, start_text=start if self.start_text == DATASET_DEFAULT else self.start_text,
                                    end_text=end if self.end_text == DATASET_DEFAULT else self.end_text)
 
@@ -90,13 +91,15 @@ def check_task(task: TaskHParams) -> None:
 
 def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | None = None) -> None:
     """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
-    texts; for oai-label-queries, ``labels_source``'s queries), the base model (its files, or its hub config), a
-    truncate token in its vocabulary and room in its context for prefix + query + suffix + response."""
+    texts, and one usable query with the task's start and end text; for oai-label-queries, ``labels_source``'s
+    queries), the base model (its files, or its hub config), a truncate token in its vocabulary and room in its context
+    for prefix + query + suffix + response."""
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import check_query_dataset
 
+    task = task.resolved()
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
-                        column=task.query_column)
+                        column=task.query_column, start_text=task.start_text, end_text=task.end_text,
+                        base_model=base_model)
     config = base_model_config(base_model)
     n_vocab = config.get("vocab_size")
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
