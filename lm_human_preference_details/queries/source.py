@@ -81,7 +81,7 @@ class ColumnSource(QuerySource):
     column: str = "text"  # the column the baseline read, the default of --task.query-column
     fields: Optional[tuple[str, ...]] = None  # every column, when known before anything is read
     num_rows: Optional[int] = None  # rows the baseline shuffled: another count is refused
-    hub: Any = None  # the ParquetExport or CorpusArchive of a Hugging Face dataset
+    hub: ParquetExport | CorpusArchive | None = None  # where a Hugging Face dataset of the baseline comes from
     modes: ClassVar[tuple[str, ...]] = ("train",)
     shuffled_per_rank: ClassVar[bool] = True
 
