@@ -90,17 +90,17 @@ def check_task(task: TaskHParams) -> None:
 
 
 def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | None = None) -> None:
-    """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
-    texts, and one usable query with the task's start and end text; for oai-label-queries, ``labels_source``'s
-    queries), the base model (its files, or its hub config), a truncate token in its vocabulary and room in its context
+    """What the task's flags name on disk or on the hub, read without loading a model: the base model (its files, or
+    its hub config), the query file (its format and texts, and one usable query with the task's start and end text;
+    for oai-label-queries, ``labels_source``'s queries), a truncate token in its vocabulary and room in its context
     for prefix + query + suffix + response."""
     from lm_human_preference_details.model import base_model_config, context_length
 
     task = task.resolved()
+    config = base_model_config(base_model)  # first: the query file's check encodes texts with its tokenizer
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
                         column=task.query_column, start_text=task.start_text, end_text=task.end_text,
                         base_model=base_model)
-    config = base_model_config(base_model)
     n_vocab = config.get("vocab_size")
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
         raise UserError(f"--task.truncate-token is {task.truncate_token}, but --base-model {base_model} has {n_vocab} "
