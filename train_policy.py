@@ -40,7 +40,6 @@ import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
-from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
@@ -49,11 +48,10 @@ from lm_human_preference_details.model import (
     load_model_dir,
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
-from lm_human_preference_details.optim import TF1Adam, set_lr
+from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
     FixedKLController,
-    annealed_lr,
     apply_rejection,
     check_ppo,
     compute_advantages,
@@ -63,7 +61,7 @@ from lm_human_preference_details.ppo import (
     truncate_responses,
     value_loss,
 )
-from lm_human_preference_details.queries import format_queries, make_query_sampler
+from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks, check_seed, seed_globals
 from lm_human_preference_details.run import Run, check_finite, run_script
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task

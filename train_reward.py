@@ -33,12 +33,11 @@ import tyro
 from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.gpt2 import compile_blocks
-from lm_human_preference_details.hf_queries import print_first_query
 from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
-from lm_human_preference_details.optim import TF1Adam, set_lr
+from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.progress import progress
-from lm_human_preference_details.queries import format_queries, make_query_sampler
+from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run, check_finite, run_script
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task
@@ -139,12 +138,6 @@ def best_of_n_loss(rewards: torch.Tensor, best: torch.Tensor) -> tuple[torch.Ten
     loss = F.cross_entropy(rewards, best)
     accuracy = (rewards.argmax(dim=1) == best).float().mean()  # not in the original: an extra metric
     return loss, accuracy
-
-
-def annealed_lr(lr: float, start_index: int, num_train: int) -> float:
-    """Learning rate of the batch starting at label ``start_index`` (FIDELITY D4)."""
-    # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, lr = (1 - start_index / num_train) * lr
-    return lr * (1 - start_index / num_train)
 
 
 def rewards_of_labels(reward_model: RewardModel, queries: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Start-up time and memory of the baseline's Hugging Face query stream (lm_human_preference_details/hf_queries.py).
+"""Start-up time and memory of the baseline's Hugging Face query stream (lm_human_preference_details/queries/).
 
     python benchmarks/hf_queries_startup.py --dataset bookcorpus          # the real data (downloads once)
     python benchmarks/hf_queries_startup.py --synthetic-rows 7400423      # a bookcorpus-shaped file, made here
@@ -50,8 +50,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     args = parser.parse_args()
 
-    from lm_human_preference_details.hf_queries import HFQuerySampler
     from lm_human_preference_details.offline import gpt2_tokenizer
+    from lm_human_preference_details.queries import HFQuerySampler
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="hf_queries_bench-"))
     dataset, caches = args.dataset, {}

@@ -60,9 +60,8 @@ import train_policy  # noqa: E402
 from lm_human_preference_details.cli import pick_device  # noqa: E402
 from lm_human_preference_details.gpt2 import compile_blocks  # noqa: E402
 from lm_human_preference_details.model import Policy, RewardModel  # noqa: E402
-from lm_human_preference_details.optim import TF1Adam  # noqa: E402
+from lm_human_preference_details.optim import TF1Adam, annealed_lr  # noqa: E402
 from lm_human_preference_details.ppo import (  # noqa: E402
-    annealed_lr,
     apply_rejection,
     compute_advantages,
     kl_rewards,

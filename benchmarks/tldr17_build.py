@@ -1,4 +1,4 @@
-"""The first build of tldr-17's table (lm_human_preference_details/hf_queries.py: build_archive_table): time, disk, memory.
+"""The first build of tldr-17's table (lm_human_preference_details/queries/tldr17.py: build_archive_table): time, disk, memory.
 
     python benchmarks/tldr17_build.py --rows 60000                 # a synthetic corpus-webis-tldr-17.zip, made here
     python benchmarks/tldr17_build.py --archive PATH/corpus-webis-tldr-17.zip      # the real archive
@@ -57,7 +57,7 @@ def synthetic_archive(path: Path, rows: int, seed: int = 0) -> None:
 
 def build(archive: str, dest: str) -> None:
     """The child: build the body table; print its rows and seconds."""
-    from lm_human_preference_details.hf_queries import build_archive_table
+    from lm_human_preference_details.queries.tldr17 import build_archive_table
 
     def cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -3,9 +3,8 @@
 Command line and files:  ``cli`` (run options, micro-batches, one-line errors),
 ``ranks`` (the emulated ranks, torchrun), ``tasks`` (presets, ``--task``),
 ``files`` (cache directory, atomic writes), ``downloads`` (cached, checked, retried downloads).
-Data:  ``tokenizer`` (GPT-2 with a distinct pad), ``labels`` (OpenAI's label files), ``query_datasets`` (where query
-texts come from), ``hf_queries`` (the public baseline's per-rank streams of Hugging Face datasets), ``queries``
-(query processing and the query sampler).
+Data:  ``tokenizer`` (GPT-2 with a distinct pad), ``labels`` (OpenAI's label files), ``queries`` (a subpackage:
+query sources, per-rank streams, query processing and the query samplers).
 Model:  ``model`` (Policy, RewardModel, save/load), ``gpt2`` (packed GPT-2 forward, KV cache), ``lm_head`` (sampling
 step, chunked log-probs).
 Training:  ``ppo`` (the PPO maths), ``optim`` (TF-1 Adam), ``tracking`` (TensorBoard, metrics.jsonl, W&B),

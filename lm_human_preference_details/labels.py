@@ -2,7 +2,7 @@
 
 A best_of_N file is a JSON list of records {query, sample0..sample{N-1}, best}, each token list already
 padded with 50259. Both the labels (train_reward.py) and the queries alone (`--task.query-dataset
-oai-label-queries`, query_datasets.py) are read here; any mismatch is a one-line UserError naming the file, record and field.
+oai-label-queries`, queries/oai2019.py) are read here; any mismatch is a one-line UserError naming the file, record and field.
 """
 
 from __future__ import annotations

@@ -39,8 +39,7 @@ from lm_human_preference_details.model import Policy, disable_dropout
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.progress import progress
-from lm_human_preference_details.queries import QuerySampler, format_queries
-from lm_human_preference_details.query_datasets import QUERY_DATASETS
+from lm_human_preference_details.queries import QuerySampler, format_queries, query_source
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
 from lm_human_preference_details.tokenizer import N_VOCAB, gpt2_tokenizer
 
@@ -229,7 +228,7 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
 def heldout_queries(tokenizer, task, n: int, seed: int) -> torch.Tensor:
     """[n, query_length] queries from the held-out passages (queries_test.txt), processed as the run's text queries;
     for a run on the label file's queries (oai-label-queries), as make_labels cut those from the same corpus."""
-    texts = task.query_dataset not in QUERY_DATASETS
+    texts = query_source(task.query_dataset).path is not None  # a local file of texts, not a named source
     sampler = QuerySampler(tokenizer, dataset=str(offline_dir() / "queries_test.txt"), query_length=task.query_length,
                            start_text=task.start_text if texts else ".", end_text=task.end_text if texts else ".",
                            batch_size=n, seed=seed)

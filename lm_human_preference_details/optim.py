@@ -1,4 +1,4 @@
-"""TensorFlow-1 Adam (FIDELITY D5), used for both the reward model and the policy."""
+"""TensorFlow-1 Adam (FIDELITY D5) and the linear learning-rate decay (D4, E8), used for the reward model and the policy."""
 
 from __future__ import annotations
 
@@ -53,3 +53,15 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def annealed_lr(lr: float, done: int, total: int) -> float:
+    """Learning rate after ``done`` of ``total`` steps: linear decay from ``lr`` towards 0, never reaching it.
+
+    The reward model counts labels (``done`` = the batch's first label, ``total`` = num_train), the policy updates
+    (``done`` = the update's 0-based index, ``total`` = n_updates).
+    """
+    # D4 reward lr decay: OAI lm_human_preferences/train_reward.py RewardModelTrainer.train,
+    # lr = (1 - start_index / num_train) * lr;
+    # E8 lr decay: OAI lm_human_preferences/train_policy.py train_minibatch, lrnow = lr * (1 - policy_frac)
+    return lr * (1 - done / total)

@@ -1,4 +1,4 @@
-"""The tensor maths of PPO in lm-human-preferences (FIDELITY C3, E2-E8), as small pure functions.
+"""The tensor maths of PPO in lm-human-preferences (FIDELITY C3, E2-E7), as small pure functions.
 
 Every function here is free of I/O and of model calls; train_policy.py composes them.
 Shapes: b = episodes (rows), r = response_length, v = vocabulary.
@@ -141,17 +141,6 @@ class AdaptiveKLController:
 # ---------------------------------------------------------------------------------------------
 
 
-def whiten(x: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """Any-shape x -> x normalised with the mean and population variance of all its elements."""
-    # OAI lm_human_preferences/utils/core.py: whiten (tf.nn.moments over every axis)
-    mean = x.mean()
-    var = ((x - mean) ** 2).mean()
-    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
-    if not shift_mean:
-        whitened = whitened + mean
-    return whitened
-
-
 def whiten_in_groups(
     x: torch.Tensor,
     group_size: int | None,
@@ -161,7 +150,8 @@ def whiten_in_groups(
 ) -> torch.Tensor:
     """[b, r] x -> [b, r], each run of group_size consecutive rows whitened on its own (None: one group)."""
     # OAI lm_human_preferences/train_policy.py: PPOTrainer.loss runs on each of 8 MPI ranks, so each
-    # rank whitens only its own minibatch; a group here stands for one rank's minibatch.
+    # rank whitens only its own minibatch; a group here stands for one rank's minibatch. Each group as
+    # OAI lm_human_preferences/utils/core.py: whiten (tf.nn.moments over every axis, population variance)
     n_rows = x.shape[0]
     group_size = n_rows if group_size is None else group_size
     if group_size < 1 or n_rows % group_size != 0:
@@ -235,14 +225,3 @@ def policy_loss(
     pg_clipfrac = (pg_losses2 > pg_losses).float().mean()
     approxkl = 0.5 * ((logprobs - old_logprobs) ** 2).mean().detach()
     return pg_loss, pg_clipfrac, approxkl
-
-
-# ---------------------------------------------------------------------------------------------
-# E8 lr decay: learning-rate schedule
-# ---------------------------------------------------------------------------------------------
-
-
-def annealed_lr(lr: float, update: int, n_updates: int) -> float:
-    """Learning rate for update index `update` (0-based): linear decay to 0 at n_updates."""
-    # OAI lm_human_preferences/train_policy.py: train_minibatch, lrnow = lr * (1 - policy_frac)
-    return lr * (1 - update / n_updates)

@@ -35,8 +35,7 @@ from lm_human_preference_details.model import (
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_policy, resolve_reward_model
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
-from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.query_datasets import is_hf_source
+from lm_human_preference_details.queries import format_queries, make_query_sampler, query_source
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task, parse_args
@@ -93,7 +92,7 @@ class Args:
         if self.query_mode not in ("train", "test", "auto"):
             raise UserError(f"--query-mode must be train, test or auto, got {self.query_mode!r}")
         if self.query_mode == "auto":
-            self.query_mode = "train" if is_hf_source(self.task.query_dataset) else "test"
+            self.query_mode = "test" if "test" in query_source(self.task.query_dataset).modes else "train"
         default = self.policy is None
         if default:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"

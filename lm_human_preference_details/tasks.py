@@ -23,7 +23,7 @@ import tyro
 
 from lm_human_preference_details.cli import UserError, check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
-from lm_human_preference_details.query_datasets import dataset_start_end
+from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
 # never be a real one-token start or end text)
@@ -66,9 +66,10 @@ class TaskHParams:
     """sampling temperature of the policy (launch.py: 0.7, cnndm 0.5)"""
 
     def resolved(self) -> TaskHParams:
-        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (dataset_start_end), and
-        whose query dataset path has its ``~`` expanded once (cli.expand_home)."""
-        start, end = dataset_start_end(self.query_dataset)
+        """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (its QuerySource's),
+        and whose query dataset path has its ``~`` expanded once (cli.expand_home)."""
+        source = query_source(self.query_dataset)
+        start, end = source.start_text, source.end_text
         return dataclasses.replace(self, query_dataset=expand_home(self.query_dataset),
                                    start_text=start if self.start_text == DATASET_DEFAULT else self.start_text,
                                    end_text=end if self.end_text == DATASET_DEFAULT else self.end_text)
@@ -91,15 +92,17 @@ def check_task(task: TaskHParams) -> None:
 
 
 def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | None = None) -> None:
-    """What the task's flags name on disk or on the hub, read without loading a model: the query file (its format and
-    texts; for oai-label-queries, ``labels_source``'s queries), the base model (its files, or its hub config), a
-    truncate token in its vocabulary and room in its context for prefix + query + suffix + response."""
+    """What the task's flags name on disk or on the hub, read without loading a model: the base model (its files, or
+    its hub config), the query file (its format and texts, and one usable query with the task's start and end text;
+    for oai-label-queries, ``labels_source``'s queries), a truncate token in its vocabulary and room in its context
+    for prefix + query + suffix + response."""
     from lm_human_preference_details.model import base_model_config, context_length
-    from lm_human_preference_details.query_datasets import check_query_dataset
 
+    task = task.resolved()
+    config = base_model_config(base_model)  # first: the query file's check encodes texts with its tokenizer
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
-                        column=task.query_column)
-    config = base_model_config(base_model)
+                        column=task.query_column, start_text=task.start_text, end_text=task.end_text,
+                        base_model=base_model)
     n_vocab = config.get("vocab_size")
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
         raise UserError(f"--task.truncate-token is {task.truncate_token}, but --base-model {base_model} has {n_vocab} "

@@ -20,9 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lm_human_preference_details import hf_queries
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.hf_queries import HFQuerySampler, encode_queries, shuffled_order
+from lm_human_preference_details.queries import columns, registry, samplers, streams, tldr17
+from lm_human_preference_details.queries.batches import encode_queries
+from lm_human_preference_details.queries.samplers import HFQuerySampler
+from lm_human_preference_details.queries.streams import shuffled_order
 
 BOOK_SENTENCES = [f"sentence number {i} , said the {['cat', 'dog', 'owl'][i % 3]} ." for i in range(37)]
 
@@ -144,7 +146,7 @@ def test_first_window_is_cached(tokenizer, bookcorpus_parquet, tmp_path, monkeyp
     def no_shuffle(*args):
         raise AssertionError("the cached window should have been used")
 
-    monkeypatch.setattr(hf_queries, "shuffled_order", no_shuffle)
+    monkeypatch.setattr(streams, "shuffled_order", no_shuffle)
     again = make_sampler(tokenizer, bookcorpus_parquet, tmp_path, batch_size=16, seed=3, world_size=8, window=20)
     assert all(np.array_equal(r, again.next_rows()) for r in rows)  # 10 per rank, inside the cached 20
 
@@ -162,7 +164,7 @@ def test_bad_inputs(tokenizer, bookcorpus_parquet, tmp_path):
 
 def test_download_failure_is_one_line(tmp_path):
     code = ("from lm_human_preference_details.cli import run_main\n"
-            "from lm_human_preference_details.hf_queries import parquet_files\n"
+            "from lm_human_preference_details.queries.registry import parquet_files\n"
             f"run_main(lambda: parquet_files('bookcorpus', hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
@@ -244,8 +246,8 @@ def test_tldr_archive_rows_are_the_loading_scripts(tldr_zip, tmp_path):
     assert len(expected) == 20
     for field in TLDR_FIELDS:
         dest = tmp_path / "tables" / f"{field}.arrow"
-        assert hf_queries.build_archive_table(tldr_zip, dest, field) == 20
-        assert hf_queries.TextColumn.from_arrow(dest, field).table[field] == expected[field], field
+        assert tldr17.build_archive_table(tldr_zip, dest, field) == 20
+        assert columns.TextColumn.from_arrow(dest, field).table[field] == expected[field], field
     body = expected["body"]
     assert "" in body and None in body and any("\U0001F600" in b for b in body if b)
     assert max(map(len, filter(None, body))) > 300_000
@@ -256,7 +258,7 @@ def test_tldr_archive_rows_are_the_loading_scripts(tldr_zip, tmp_path):
 def test_tldr_archive_with_the_wrong_row_count_leaves_nothing(tldr_zip, tmp_path):
     dest = tmp_path / "tables" / "body.arrow"
     with pytest.raises(UserError, match=r"holds 20 rows, the baseline shuffled 3,848,330") as e:
-        hf_queries.build_archive_table(tldr_zip, dest, "body", expected_rows=3_848_330)
+        tldr17.build_archive_table(tldr_zip, dest, "body", expected_rows=3_848_330)
     assert "\n" not in str(e.value)
     assert not dest.exists() and not [p for p in dest.parent.iterdir() if not p.name.endswith(".lock")]
 
@@ -266,7 +268,7 @@ def test_tldr_archive_with_the_wrong_row_count_leaves_nothing(tldr_zip, tmp_path
 def test_tldr_archive_bad_lines_are_one_line(tmp_path, lines, match):
     archive = write_tldr_zip(tmp_path / "bad.zip", lines)
     with pytest.raises(UserError, match=match) as e:
-        hf_queries.build_archive_table(archive, tmp_path / "t" / "body.arrow", "body")
+        tldr17.build_archive_table(archive, tmp_path / "t" / "body.arrow", "body")
     assert "\n" not in str(e.value) and not (tmp_path / "t" / "body.arrow").exists()
 
 
@@ -280,11 +282,11 @@ def test_a_damaged_archive_is_one_line_and_leaves_no_table(tmp_path):
     archive.write_bytes(bytes(data))
     with pytest.raises(UserError, match=r"cannot read .*damaged.zip into .*body.arrow \(Bad CRC-32 .*\); a damaged "
                                         r"archive: delete it") as e:
-        hf_queries.open_query_data(str(archive), "body", cache_dir=tmp_path / "cache")
+        registry.open_query_data(str(archive), "body", cache_dir=tmp_path / "cache")
     assert "\n" not in str(e.value) and not list((tmp_path / "cache").rglob("*.arrow"))
     (tmp_path / "not.zip").write_text("not a zip")
     with pytest.raises(UserError, match=r"not.zip is not a readable .zip holding corpus-webis-tldr-17.json"):
-        hf_queries.open_query_data(str(tmp_path / "not.zip"), "body", cache_dir=tmp_path / "cache")
+        registry.open_query_data(str(tmp_path / "not.zip"), "body", cache_dir=tmp_path / "cache")
 
 
 def test_local_tldr_zip_gives_each_rank_the_baselines_stream(tokenizer, tldr_zip, tmp_path, capsys):
@@ -325,9 +327,10 @@ def fake_hub_cache(root, repo_id: str, revision: str, files: dict) -> None:
 def test_tldr_17_reads_the_hubs_archive_from_the_cache_once(tokenizer, tmp_path, monkeypatch):
     """HF_HUB_OFFLINE=1 (conftest) with the archive in the Hugging Face cache: the table is built once, row count
     checked, and the next run needs neither the Hub nor the archive."""
-    small = dataclasses.replace(hf_queries.TLDR, num_rows=20)  # the test corpus's own count
-    monkeypatch.setitem(hf_queries.HF_SOURCES, "tldr-17", small)
-    monkeypatch.setattr(hf_queries, "TLDR", small)
+    small = dataclasses.replace(tldr17.TLDR, num_rows=20)  # the test corpus's own count
+    monkeypatch.setitem(registry.SOURCES, "tldr-17", dataclasses.replace(registry.SOURCES["tldr-17"], hub=small,
+                                                                         num_rows=20))
+    monkeypatch.setattr(tldr17, "TLDR", small)
     hub, tldr_zip = tmp_path / "hub", write_tldr_zip(tmp_path / "no-null.zip", tldr_corpus_lines(null_body=False))
     fake_hub_cache(hub, "webis/tldr-17", "main", {"data/corpus-webis-tldr-17.zip": tldr_zip})
     kwargs = dict(dataset="tldr-17", query_length=8, batch_size=8, seed=1, world_size=8, cache_dir=tmp_path / "cache",
@@ -354,7 +357,7 @@ def test_tldr_17_cache_with_another_corpus_is_refused(tokenizer, tldr_zip, tmp_p
 
 def test_tldr_17_offline_without_the_archive_is_one_line_with_a_working_command(tmp_path):
     code = ("from lm_human_preference_details.cli import run_main\n"
-            "from lm_human_preference_details.hf_queries import open_query_data\n"
+            "from lm_human_preference_details.queries.registry import open_query_data\n"
             f"run_main(lambda: open_query_data('tldr-17', 'body', cache_dir={str(tmp_path / 'cache')!r}, "
             f"hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
@@ -472,7 +475,7 @@ def test_a_partial_export_is_refused_before_any_download(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"parquet export of bookcorpus/bookcorpus \(refs/convert/parquet\) holds only a "
                                         r"partial train split .* all 74,004,228 rows cannot be reproduced; pass "
                                         r"--task.query-dataset a local .parquet file or folder") as e:
-        hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value)
     assert hub.calls == [("list_repo_tree", "bookcorpus/bookcorpus", "plain_text", True, "dataset", "refs/convert/parquet")]
     assert hub.downloads == [] and not (tmp_path / "hub").exists()
@@ -485,7 +488,7 @@ def test_a_resized_export_is_refused_before_any_download(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"the Hub's parquet export of bookcorpus/bookcorpus holds 15 rows, the baseline "
                                         r"shuffled 74,004,228, so its stream would not be the baseline's; the export has "
                                         r"changed since the baseline ran"):
-        hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
     assert [c[1] for c in hub.calls if c[0] == "open"] == [f"datasets/bookcorpus/bookcorpus/{p}" for p in files]
     assert {c[2] for c in hub.calls if c[0] == "open"} == {"refs/convert/parquet"}  # footers read from the export
     assert hub.downloads == []
@@ -495,7 +498,7 @@ def test_a_missing_export_is_one_line(tmp_path, monkeypatch):
     hub = FakeHub({}, monkeypatch, missing=True)
     with pytest.raises(UserError, match=r"the Hub has no parquet export of bookcorpus/bookcorpus .*Entry Not Found.*"
                                         r"pass --task.query-dataset a local") as e:
-        hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value) and hub.downloads == []
 
 
@@ -503,10 +506,11 @@ def test_a_complete_export_downloads_exactly_its_checked_train_files(tmp_path, m
     files = {f"plain_text/train/{i:04d}.parquet": write_parquet(tmp_path / "remote" / f"t{i}.parquet", 4 + i)
              for i in range(3)}
     files["plain_text/test/0000.parquet"] = write_parquet(tmp_path / "remote" / "test.parquet", 2)
-    monkeypatch.setitem(hf_queries.HF_SOURCES, "bookcorpus", dataclasses.replace(hf_queries.HF_SOURCES["bookcorpus"],
-                                                                                 num_rows=15))
+    bookcorpus = registry.SOURCES["bookcorpus"]
+    monkeypatch.setitem(registry.SOURCES, "bookcorpus", dataclasses.replace(
+        bookcorpus, hub=dataclasses.replace(bookcorpus.hub, num_rows=15), num_rows=15))
     hub = FakeHub(files, monkeypatch)
-    got = hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+    got = registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
     train = [f"plain_text/train/{i:04d}.parquet" for i in range(3)]
     assert hub.downloads == [train]
     assert got == [tmp_path / "hub" / "snapshot" / p for p in train]
@@ -519,13 +523,13 @@ def test_a_cached_partial_export_is_refused_offline(tmp_path):
     fake_hub_cache(tmp_path / "hub", "bookcorpus/bookcorpus", "refs/convert/parquet",
                    {"plain_text/partial-train/0000.parquet": part, "plain_text/partial-train/0001.parquet": part})
     with pytest.raises(UserError, match=r"holds only a partial train split") as e:
-        hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value)
     full = {f"plain_text/train/{i:04d}.parquet": part for i in range(2)}
     fake_hub_cache(tmp_path / "hub2", "bookcorpus/bookcorpus", "refs/convert/parquet", full)
     with pytest.raises(UserError, match=r"the cached parquet export of bookcorpus/bookcorpus .* holds 10 rows, the "
                                         r"baseline shuffled 74,004,228.*`hf cache rm dataset/bookcorpus/bookcorpus`"):
-        hf_queries.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub2")
+        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub2")
 
 
 # ------------------------------------------------------------------------------ local folders: one split, one schema
@@ -539,7 +543,7 @@ def test_a_cached_partial_export_is_refused_offline(tmp_path):
 def test_a_folder_reads_the_split_the_run_asks_for(tmp_path, layout, expected):
     for name in layout:
         write_parquet(tmp_path / "data_dir" / name, 3)
-    assert hf_queries.parquet_files(str(tmp_path / "data_dir")) == [tmp_path / "data_dir" / p for p in expected]
+    assert registry.parquet_files(str(tmp_path / "data_dir")) == [tmp_path / "data_dir" / p for p in expected]
 
 
 @pytest.mark.parametrize("layout, match", [
@@ -553,7 +557,7 @@ def test_a_folder_of_mixed_splits_is_one_line(tmp_path, layout, match):
     for name in layout:
         write_parquet(tmp_path / "data_dir" / name, 3)
     with pytest.raises(UserError, match=match) as e:
-        hf_queries.parquet_files(str(tmp_path / "data_dir"))
+        registry.parquet_files(str(tmp_path / "data_dir"))
     assert "\n" not in str(e.value)
 
 
@@ -562,7 +566,7 @@ def test_a_folder_of_different_schemas_is_one_line(tmp_path):
     write_parquet(tmp_path / "d" / "train" / "0001.parquet", 3, column="body")
     with pytest.raises(UserError, match=r"holds files of different schemas \(0000.parquet: text string; 0001.parquet: "
                                         r"body string\); pass a folder of one dataset's split"):
-        hf_queries.parquet_files(str(tmp_path / "d"))
+        registry.parquet_files(str(tmp_path / "d"))
 
 
 def test_a_folder_sampler_reads_only_the_train_rows(tokenizer, tmp_path):
@@ -586,15 +590,15 @@ def test_print_first_query_is_rank_0s_first_shuffled_text(tokenizer, bookcorpus_
     task = TaskHParams(query_dataset=str(bookcorpus_parquet), query_length=8).resolved()
     sampler = make_query_sampler(tokenizer, task, batch_size=16, seed=seed, num_ranks=8)
     next(sampler)  # what was drawn does not matter
-    assert hf_queries.print_first_query(sampler) == expected
+    assert samplers.print_first_query(sampler) == expected
     assert capsys.readouterr().out == f"=========== {expected}\n"  # books.py: print("===========", data["text"])
     assert sampler.batches_drawn == 1  # printing draws nothing from the stream
     lines = []
-    assert hf_queries.print_first_query(sampler, lambda *text: lines.append(" ".join(text))) == expected  # run.print
+    assert samplers.print_first_query(sampler, lambda *text: lines.append(" ".join(text))) == expected  # run.print
     assert lines == [f"=========== {expected}"]
     other = make_query_sampler(tokenizer, task, batch_size=16, seed=seed, num_ranks=8, ranks=[1, 2])
-    assert hf_queries.print_first_query(other) is None and other.first_text() == expected  # rank 0 is another's
+    assert samplers.print_first_query(other) is None and other.first_text() == expected  # rank 0 is another's
     books = TaskHParams(query_dataset=str(tmp_path / "q.txt"), query_length=8, start_text=None, end_text=None)
     (tmp_path / "q.txt").write_text("one passage.\n\nanother passage.\n")
-    assert hf_queries.print_first_query(make_query_sampler(tokenizer, books, batch_size=2, seed=0, num_ranks=1)) is None
+    assert samplers.print_first_query(make_query_sampler(tokenizer, books, batch_size=2, seed=0, num_ranks=1)) is None
     assert capsys.readouterr().out == ""

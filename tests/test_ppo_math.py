@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from lm_human_preference_details.optim import annealed_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
     FixedKLController,
-    annealed_lr,
     apply_rejection,
     compute_advantages,
     entropy_from_logits,
@@ -19,7 +19,6 @@ from lm_human_preference_details.ppo import (
     responses_pass_filter,
     truncate_responses,
     value_loss,
-    whiten,
     whiten_in_groups,
 )
 
@@ -184,6 +183,20 @@ def test_fixed_kl_controller():
 # ---------------------------------------------------------------------------------------------
 
 
+def whiten(x: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """One group, as whiten_in_groups whitens it: every element of ``x`` together, whatever the group size."""
+    return whiten_in_groups(x.reshape(1, -1), None, shift_mean, min_group_size=1).reshape(x.shape)
+
+
+def naive_whiten(x: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Loop transcription of OAI utils/core.py whiten: mean and population variance over every element."""
+    values = x.flatten().tolist()
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / len(values)
+    out = [(v - mean) / math.sqrt(var + 1e-8) + (0.0 if shift_mean else mean) for v in values]
+    return torch.tensor(out, dtype=x.dtype).reshape(x.shape)
+
+
 def test_whiten_by_hand():
     # [1, 2, 3, 4]: mean 2.5; deviations [-1.5, -0.5, 0.5, 1.5]; squares sum to 5 -> var 5/4 = 1.25
     # (population variance); rsqrt(1.25 + 1e-8) = 0.894427187 -> [-1.3416408, -0.4472136, 0.4472136, 1.3416408]
@@ -195,6 +208,7 @@ def test_whiten_by_hand():
     )
     # over all elements of a 2-D tensor alike
     torch.testing.assert_close(whiten(x.reshape(2, 2)), whiten(x).reshape(2, 2))
+    torch.testing.assert_close(whiten_in_groups(x.reshape(4, 1), None, min_group_size=1), whiten(x).reshape(4, 1))
 
 
 def _two_groups():
@@ -208,11 +222,11 @@ def _two_groups():
 def test_grouped_whitening_is_per_group(shift_mean):
     x = _two_groups()
     out = whiten_in_groups(x, 8, shift_mean=shift_mean)
-    per_group = torch.cat([whiten(x[:8], shift_mean), whiten(x[8:], shift_mean)])
+    per_group = torch.cat([naive_whiten(x[:8], shift_mean), naive_whiten(x[8:], shift_mean)])
     torch.testing.assert_close(out, per_group)
-    assert not torch.allclose(out, whiten(x, shift_mean))  # whole-batch whitening is different
-    torch.testing.assert_close(whiten_in_groups(x, None, shift_mean), whiten(x, shift_mean))
-    torch.testing.assert_close(whiten_in_groups(x, 16, shift_mean), whiten(x, shift_mean))
+    assert not torch.allclose(out, naive_whiten(x, shift_mean))  # whole-batch whitening is different
+    torch.testing.assert_close(whiten_in_groups(x, None, shift_mean), naive_whiten(x, shift_mean))
+    torch.testing.assert_close(whiten_in_groups(x, 16, shift_mean), naive_whiten(x, shift_mean))
 
 
 def test_grouped_whitening_errors():

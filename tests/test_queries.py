@@ -12,7 +12,7 @@ import torch
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.queries import QuerySampler, format_queries, make_query_sampler, process_query
-from lm_human_preference_details.query_datasets import seeded_shuffle
+from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.tasks import TaskHParams
 
 P = 0  # pad token in the hand-worked examples

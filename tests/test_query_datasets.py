@@ -8,19 +8,21 @@ import random
 
 import pytest
 
-from lm_human_preference_details import files, query_datasets
+from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, cache_path_of
-from lm_human_preference_details.query_datasets import (
+from lm_human_preference_details.queries import oai2019 as query_datasets
+from lm_human_preference_details.queries import registry
+from lm_human_preference_details.queries.oai2019 import (
     clean_cnndm,
     clean_tldr,
     cnndm_clean_up_start,
     cnndm_story_path,
     detokenize_bookcorpus,
     iter_book_passages,
-    read_local_texts,
-    seeded_shuffle,
 )
+from lm_human_preference_details.queries.streams import seeded_shuffle
+from lm_human_preference_details.queries.text_files import read_local_texts
 
 
 # ------------------------------------------------------------------------------ A3: cleaning
@@ -128,16 +130,17 @@ def test_books_2019_rebuild_reads_bookcorpus_parquet_in_order(tmp_path, monkeypa
     path.parent.mkdir(parents=True)
     sentences = [f"sentence {i} ." for i in range(70_000)]  # more than one parquet batch
     datasets.Dataset.from_dict({"text": sentences}).to_parquet(str(path))
-    monkeypatch.setattr(query_datasets, "parquet_files", lambda name: [path] if name == "bookcorpus" else None)
+    monkeypatch.setattr(query_datasets, "export_files", lambda export: [path] if export.repo_id == "bookcorpus/bookcorpus"
+                        else None)
     assert list(query_datasets._bookcorpus_sentences()) == sentences
 
 
 def test_books_2019_offline_error_is_one_line_with_advice(tmp_path, monkeypatch):
-    from lm_human_preference_details import hf_queries
+    from lm_human_preference_details.queries import hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    real = hf_queries.parquet_files
-    monkeypatch.setattr(query_datasets, "parquet_files", lambda name: real(name, hub_cache_dir=tmp_path / "hub"))
+    real = hub.export_files
+    monkeypatch.setattr(query_datasets, "export_files", lambda export: real(export, hub_cache_dir=tmp_path / "hub"))
     with pytest.raises(UserError, match=r"cannot get the bookcorpus dataset .*hf download bookcorpus/bookcorpus") as e:
         query_datasets.ensure_book_passages(64, tmp_path)
     assert "\n" not in str(e.value)
@@ -145,19 +148,30 @@ def test_books_2019_offline_error_is_one_line_with_advice(tmp_path, monkeypatch)
 
 
 # ------------------------------------------------------------------------------ names and their processing
+def dataset_start_end(dataset: str) -> tuple[str | None, str | None]:
+    """The start and end text ``dataset``'s QuerySource processes queries with by default (FIDELITY A4)."""
+    source = registry.query_source(dataset)
+    return source.start_text, source.end_text
+
+
+def is_hf_source(dataset: str) -> bool:
+    """Whether ``dataset`` is read by the baseline's pipeline, a shuffle per rank."""
+    return registry.query_source(dataset).shuffled_per_rank
+
+
 def test_dataset_names_carry_their_start_and_end_text():
     # books-2019 (OpenAI's passages, launch.py) and local passage files: '.'; the baseline's sources: none (cbdfd00)
-    assert query_datasets.dataset_start_end("books-2019") == (".", ".")
-    assert query_datasets.dataset_start_end("/data/my_passages.jsonl") == (".", ".")
-    assert query_datasets.dataset_start_end("/data/queries.txt") == (".", ".")
+    assert dataset_start_end("books-2019") == (".", ".")
+    assert dataset_start_end("/data/my_passages.jsonl") == (".", ".")
+    assert dataset_start_end("/data/queries.txt") == (".", ".")
     for name in ("bookcorpus", "tldr-17", "tldr-2019", "cnndm", "oai-label-queries", "/data/books.parquet",
                  "/data/corpus-webis-tldr-17.zip"):
-        assert query_datasets.dataset_start_end(name) == (None, None), name
-    assert query_datasets.QUERY_DATASETS == ("bookcorpus", "tldr-17", "books-2019", "tldr-2019", "cnndm",
-                                             "oai-label-queries")
-    assert query_datasets.is_hf_source("bookcorpus") and query_datasets.is_hf_source("x/y.parquet")
-    assert query_datasets.is_hf_source("x/corpus-webis-tldr-17.zip")  # tldr-17's corpus, read as its loading script
-    assert not query_datasets.is_hf_source("books-2019") and not query_datasets.is_hf_source("q.jsonl")
+        assert dataset_start_end(name) == (None, None), name
+    assert tuple(registry.SOURCES) == ("bookcorpus", "tldr-17", "books-2019", "tldr-2019", "cnndm",
+                                       "oai-label-queries")
+    assert is_hf_source("bookcorpus") and is_hf_source("x/y.parquet")
+    assert is_hf_source("x/corpus-webis-tldr-17.zip")  # tldr-17's corpus, read as its loading script
+    assert not is_hf_source("books-2019") and not is_hf_source("q.jsonl")
 
 
 # ------------------------------------------------------------------------------ tldr / cnndm sources

@@ -1,60 +1,30 @@
-"""Query datasets (FIDELITY A3): the names `--task.query-dataset` takes, and where the 2019 sources' texts come from.
+"""OpenAI's 2019 query sources (FIDELITY A3): books-2019, tldr-2019, cnndm and the queries inside label files.
 
-The public baseline's sources (`bookcorpus`, `tldr-17`: Hugging Face datasets, a shuffle per rank) are read by
-hf_queries.py. The 2019 sources here (`books-2019`, `tldr-2019`, `cnndm`, `oai-label-queries`, local files) are
-generators of texts (or, for `oai-label-queries`, of ready token lists) for one mode ('train' or 'test'), shuffled
-once with a seeded `random.Random` exactly as the original's `random.seed(seed); random.shuffle(...)`. A dataset
-name carries its processing defaults (`dataset_start_end`). queries.py turns them into query batches.
+Each is a generator of texts (or, for the label files, of ready token lists) for one mode ('train' or 'test'),
+shuffled once with a seeded `random.Random` exactly as the original's `random.seed(seed); random.shuffle(...)`;
+`samplers.QuerySampler` processes them (A4), repeats the stream and shards it across the ranks.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
 import os
-import random
 import re
 from pathlib import Path
-from typing import Iterable, Iterator, TypeVar
+from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
 from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.hf_queries import HF_SOURCES, check_parquet_column, check_query_column, parquet_files
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
-
-DATASETS = ("books-2019", "tldr-2019", "cnndm", "oai-label-queries")  # the 2019 sources, read by this module
-QUERY_DATASETS = (*HF_SOURCES, *DATASETS)  # every name --task.query-dataset takes (besides a local file)
-T = TypeVar("T")
-
-
-def is_hf_source(dataset: str) -> bool:
-    """True for the baseline's Hugging Face sources (hf_queries.py): bookcorpus, tldr-17, a local .parquet file or dir,
-    a local .zip copy of tldr-17's corpus."""
-    path = Path(dataset).expanduser()
-    return (dataset in HF_SOURCES or path.suffix in (".parquet", ".zip")
-            or (path.is_dir() and any(path.rglob("*.parquet"))))
-
-
-def dataset_start_end(dataset: str) -> tuple[str | None, str | None]:
-    """The start and end text a query dataset is processed with unless the task says otherwise (FIDELITY A4)."""
-    # OAI launch.py books_task: start_text = end_text = '.' for OpenAI's book passages, the rule a local file of
-    # passages follows too; the baseline's fork sets both to None for bookcorpus (commit cbdfd00) and never had
-    # them for tldr; tldr and cnndm presets set their own (tasks.py)
-    if dataset == "books-2019" or Path(dataset).suffix in (".jsonl", ".txt"):
-        return ".", "."
-    return None, None
-
-
-def seeded_shuffle(items: Iterable[T], seed: int) -> list[T]:
-    """A copy of ``items`` in the order `random.seed(seed); random.shuffle(items)` gives."""
-    # OAI lm_human_preferences/datasets/books.py: books_generator (same in tldr.py, cnndm.py)
-    items = list(items)
-    random.Random(seed).shuffle(items)
-    return items
+from lm_human_preference_details.progress import progress
+from lm_human_preference_details.queries.hub import BOOKCORPUS, export_files
+from lm_human_preference_details.queries.source import Request
+from lm_human_preference_details.queries.streams import seeded_shuffle
+from lm_human_preference_details.queries.text_files import local_texts
 
 
 # ------------------------------------------------------------------------------------------ text cleaning
@@ -149,72 +119,6 @@ def cnndm_texts(mode: str, seed: int = 0, stories_dir: str | os.PathLike | None 
         yield clean_cnndm(path.read_text(encoding="utf-8"))
 
 
-def check_query_dataset(dataset: str, *, query_length: int, labels_source: str | None, column: str = "text") -> None:
-    """--task.query-dataset read as the run will read it, before anything is written: one of QUERY_DATASETS, or a local
-    .jsonl/.txt file of texts, or a .parquet file or folder with a text ``column``; for oai-label-queries, the label
-    file's queries (when it is on disk: a local file, or a URL's copy in the cache)."""
-    if dataset == "oai-label-queries":
-        path = local_label_file(labels_source, "--labels.source") if labels_source else None
-        if path is not None:
-            list(label_queries(str(path), query_length=query_length, pad_id=OAI_PAD))
-        return
-    if is_hf_source(dataset):
-        check_query_column(dataset, column)  # a baseline source's fields, or the tldr-17 archive's
-    if dataset in QUERY_DATASETS:
-        return
-    path = Path(dataset).expanduser()
-    if path.suffix == ".zip" and path.is_file():
-        return  # tldr-17's corpus archive: read (and checked line by line) once, when its table is built
-    if path.suffix == ".parquet" or (path.is_dir() and is_hf_source(dataset)):
-        check_parquet_column(parquet_files(dataset), column)  # the files the run reads, their split and schema
-        return
-    if not path.is_file():
-        raise UserError(f"--task.query-dataset {dataset} is neither one of {', '.join(QUERY_DATASETS)} nor an "
-                        "existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
-    if not read_local_texts(path):
-        raise UserError(f"--task.query-dataset {dataset} holds no texts; pass a file with at least one")
-
-
-def read_local_texts(path: str | os.PathLike) -> list[str]:
-    """Texts of a local .jsonl (a JSON string or {"text": ...} per line) or .txt (passages split by blank lines), read
-    from disk once per process (check_query_dataset reads them before the run)."""
-    path = Path(path)
-    stat = path.stat() if path.is_file() else None
-    return _read_local_texts(path, stat and (stat.st_mtime_ns, stat.st_size))
-
-
-@functools.lru_cache(maxsize=4)
-def _read_local_texts(path: Path, version: tuple[int, int] | None) -> list[str]:
-    if version is None:
-        raise UserError(f"query dataset {path} does not exist; pass one of {', '.join(QUERY_DATASETS)} "
-                        "or an existing .jsonl/.txt/.parquet file")
-    if path.suffix == ".txt":
-        return [p.strip() for p in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")) if p.strip()]
-    if path.suffix != ".jsonl":
-        raise UserError(f"query dataset {path}: unknown file type '{path.suffix}'; use .jsonl, .txt or .parquet")
-    texts = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"query dataset {path}, line {i}: not valid JSON ({e.msg})") from None
-            if isinstance(value, dict):
-                value = value.get("text")
-            if not isinstance(value, str):
-                raise UserError(f"query dataset {path}, line {i}: expected a JSON string or an object with a "
-                                "string 'text' field")
-            texts.append(value)
-    return texts
-
-
-def local_texts(path: str | os.PathLike, mode: str, seed: int = 0) -> Iterator[str]:
-    """A local query file, shuffled once like the original's datasets; the same file serves every mode."""
-    yield from seeded_shuffle(read_local_texts(path), seed)
-
-
 # ---------------------------------------------------------------------------------------------- books
 # DEVIATION: OpenAI's book_passages/{train,test}.jsonl are lost (openai/lm-human-preferences issue #17);
 # passages are rebuilt from the Hugging Face `bookcorpus` sentences by the rule below.
@@ -257,8 +161,8 @@ def _bookcorpus_sentences() -> Iterator[str]:
     """The `bookcorpus` sentences in the dataset's order, from the Hub's parquet export (the baseline's download)."""
     import pyarrow.parquet as pq
 
-    # the old loading script no longer runs with current `datasets`; hf_queries.parquet_files says what to do offline
-    for path in parquet_files("bookcorpus"):
+    # the old loading script no longer runs with current `datasets`; hub.export_files says what to do offline
+    for path in export_files(BOOKCORPUS):
         for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=65536):
             yield from batch.column(0).to_pylist()
 
@@ -274,8 +178,6 @@ def ensure_book_passages(query_length: int, cache_dir: str | os.PathLike | None 
     paths = {mode: book_passages_path(mode, query_length, cache_dir) for mode in ("test", "train")}
     if all(p.is_file() for p in paths.values()):
         return
-    from lm_human_preference_details.progress import progress
-
     total = BOOKS_TEST_PASSAGES + BOOKS_TRAIN_PASSAGES
     stream = iter_book_passages(_bookcorpus_sentences() if sentences is None else sentences,
                                 min_chars=book_passage_chars(query_length))
@@ -309,3 +211,11 @@ def label_queries(source: str, *, query_length: int, pad_id: int, seed: int = 0)
                             f"is {query_length}")
     queries = [record_tokens(path, i, r, "query", query_length, pad_id) for i, r in enumerate(records)]
     yield from seeded_shuffle(queries, seed)  # FIDELITY A2: 50259 never reaches a model
+
+
+def check_label_queries(request: Request) -> None:
+    """oai-label-queries, before the run: the label file's queries, when the file is on disk (a local file, or a URL's
+    copy in the cache); each problem one line naming the record."""
+    path = local_label_file(request.labels_source, "--labels.source") if request.labels_source else None
+    if path is not None:
+        list(label_queries(str(path), query_length=request.query_length, pad_id=OAI_PAD))

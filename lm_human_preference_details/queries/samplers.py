@@ -1,0 +1,228 @@
+"""The two query samplers, one per pipeline, behind `make_query_sampler` (FIDELITY A3, A4, E9).
+
+`HFQuerySampler` is the public baseline's: the fork ran OpenAI's TF code on 8 MPI ranks, each of which loaded the
+whole `train` split, shuffled it with `Dataset.shuffle(seed + r * 100003)`, repeated it forever and kept the items
+r, r + 8, r + 16, ... (`tf.data` `repeat()` then `shard(8, r)`), with no start/end text: tokens[:query_length],
+right-padded. `QuerySampler` is the 2019 pipeline's: the source shuffled once, each text processed (A4), the stream
+repeated and sharded across the ranks. Both give the `RankBatches` interface; `ResumableBatches` counts the batches
+drawn, so that a resumed run fast-forwards to the same point.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.queries.batches import (
+    RankBatches,
+    empty_text,
+    encode_queries,
+    process_query,
+)
+from lm_human_preference_details.queries.registry import check_column, not_parquet, query_source, unknown_dataset
+from lm_human_preference_details.queries.source import ColumnSource, QuerySource, Request, TextSource
+from lm_human_preference_details.queries.streams import DEFAULT_WINDOW, RankStream
+from lm_human_preference_details.tokenizer import encode_plain, single_token
+
+
+class HFQuerySampler(RankBatches):
+    """The baseline's query batches: block i is emulated rank ranks[i]'s next b queries of its own shuffled stream,
+    as the baseline's rank drew them (default: all ranks); b = batch_size / world_size."""
+
+    def __init__(self, tokenizer, *, dataset: str | QuerySource, query_length: int, batch_size: int, seed: int,
+                 world_size: int = 8, ranks: Sequence[int] | None = None, column: str | None = None,
+                 start_text: str | None = None, end_text: str | None = None, window: int = DEFAULT_WINDOW,
+                 cache_dir: str | os.PathLike | None = None, hub_cache_dir: str | os.PathLike | None = None,
+                 datasets_cache_dir: str | os.PathLike | None = None):
+        """``column``: the text column (--task.query-column); None: the one the baseline read (`ColumnSource.column`:
+        `text` of bookcorpus and of a local parquet, `body` of tldr-17 and of a .zip copy of its corpus)."""
+        if start_text is not None or end_text is not None:
+            raise UserError("the baseline's Hugging Face query streams use no start/end text (fork commit cbdfd00); "
+                            "set --task.start-text and --task.end-text to None")
+        super().__init__(batch_size=batch_size, query_length=query_length, num_ranks=world_size, ranks=ranks)
+        source = query_source(dataset) if isinstance(dataset, str) else dataset
+        if not isinstance(source, ColumnSource):
+            raise UserError(not_parquet(source.name))
+        column = source.column if column is None else column
+        check_column(source, column)
+        self.data = source.read(source, column, cache_dir=cache_dir, hub_cache_dir=hub_cache_dir,
+                                datasets_cache_dir=datasets_cache_dir)
+        self.tokenizer, self.world_size = tokenizer, world_size
+        stream = dict(seed=seed, world_size=world_size, window=window, cache_dir=cache_dir)
+        self.streams = [RankStream(len(self.data), rank=r, **stream) for r in self.ranks]
+        self._rank0 = self.streams[self.ranks.index(0)] if 0 in self.ranks else RankStream(len(self.data), rank=0,
+                                                                                          **stream)
+
+    def first_text(self) -> str:
+        """Rank 0's first shuffled text, the line the fork's books.py printed (`print_first_query`)."""
+        # shard item 0 of rank 0 is item 0 of its shuffled dataset: the generator's i == 0
+        return self.data.texts(np.array([self._rank0.first_row()]))[0]
+
+    def next_rows(self) -> np.ndarray:
+        """Dataset rows of the next batch, one block per rank of ``ranks``, in that order: [len(ranks) * b]."""
+        # OAI fork lm_human_preferences/lm_tasks.py: make_query_sampler, batch(batch_size / world, drop_remainder)
+        return np.concatenate([s.take(self.rank_batch_size) for s in self.streams])
+
+    def next_texts(self) -> list[str]:
+        """Texts of the next batch, one block per rank of ``ranks``."""
+        return self.data.texts(self.next_rows())
+
+    def __next__(self) -> torch.Tensor:
+        """The next [len(ranks) * b, query_length] batch; an empty text is one line naming its row."""
+        rows = self.next_rows()
+        texts = self.data.texts(rows)
+        for row, text in zip(rows, texts):
+            if not text:
+                raise UserError(empty_text(f"query dataset {self.data.name}: row {int(row)} of column "
+                                           f"{self.data.column!r}", "drop that row or pass another --task.query-column"))
+        return encode_queries(self.tokenizer, texts, query_length=self.query_length)
+
+
+class QuerySampler(RankBatches):
+    """The 2019 pipeline's query batches for the emulated ranks ``ranks`` of ``num_ranks``.
+
+    The source is shuffled once with ``seed``, processed (A4), repeated, and rank r's stream is its shard r (items
+    r, r + num_ranks, ...), as every rank of the original did with seed 0. Each batch holds one block of
+    b = batch_size / num_ranks queries per rank of ``ranks``, in that order: [len(ranks) * b, query_length].
+    """
+
+    def __init__(self, tokenizer, *, dataset: str | QuerySource, query_length: int, start_text: str | None,
+                 end_text: str | None, batch_size: int, mode: str = "train", seed: int = 0, num_ranks: int = 1,
+                 ranks: Sequence[int] | None = None, labels_source: str | None = None):
+        if mode not in ("train", "test"):
+            raise UserError(f"query mode must be 'train' or 'test', got {mode!r}")
+        super().__init__(batch_size=batch_size, query_length=query_length, num_ranks=num_ranks, ranks=ranks)
+        source = query_source(dataset) if isinstance(dataset, str) else dataset
+        if isinstance(source, TextSource) and source.needs_labels and labels_source is None:
+            raise UserError(f"query dataset {source.name} needs a label file; pass --labels.source")
+        if not isinstance(source, TextSource) or (source.path is not None and not source.path.is_file()):
+            raise UserError(unknown_dataset(source.name))
+        self.tokenizer, self.source, self.mode, self.seed = tokenizer, source, mode, seed
+        self.labels_source = labels_source
+        self.pad_id: int = tokenizer.pad_token_id
+        self.start_token = None if start_text is None else single_token(tokenizer, start_text, "--task.start-text")
+        self.end_token = None if end_text is None else single_token(tokenizer, end_text, "--task.end-text")
+        self._queries = self._repeated_queries()
+
+    def _items(self) -> Iterator[str | list[int]]:
+        """One pass over the source: texts, or token lists for the label files' queries."""
+        return iter(self.source.items(Request(self.source, mode=self.mode, seed=self.seed, query_length=self.query_length,
+                                              pad_id=self.pad_id, labels_source=self.labels_source)))
+
+    def _repeated_queries(self) -> Iterator[list[int]]:
+        """Processed queries, the dataset repeated forever in the same seeded order (tf `repeat()`)."""
+        while True:
+            usable = 0
+            for item in self._items():
+                if isinstance(item, list):  # already-processed label queries
+                    query = item
+                else:
+                    (tokens,) = encode_plain(self.tokenizer, [item])  # FIDELITY A1: special-token strings are text
+                    query = process_query(tokens, query_length=self.query_length,
+                                          start_token=self.start_token, end_token=self.end_token,
+                                          pad_id=self.pad_id)
+                if query is not None and query[0] == self.pad_id:
+                    raise UserError(empty_text(f"a text of query dataset {self.source.name} ({self.mode})",
+                                               "drop it from the source, or set --task.start-text or --task.end-text "
+                                               "so that texts without them are skipped"))
+                if query is not None:
+                    usable += 1
+                    yield query
+            if usable == 0:
+                raise UserError(f"query dataset {self.source.name} ({self.mode}) gave no usable query: every text "
+                                f"lacks the start token {self.start_token} or, within its first "
+                                f"{self.query_length} tokens, the end token {self.end_token}; "
+                                "check --task.start-text / --task.end-text")
+
+    def __next__(self) -> torch.Tensor:
+        """The next batch: rank r's block is its next b items, i.e. items r, r + R, ... of the next R * b."""
+        # OAI lm_human_preferences/language/datasets.py: tf_dataset, repeat() then shard(num_ranks, rank); lm_tasks.py
+        # make_query_sampler: batch(batch_size / num_ranks, drop_remainder=True). Over all ranks, one batch is the
+        # next batch_size items of the stream, item j of the batch going to rank j % num_ranks.
+        stream = torch.tensor(list(itertools.islice(self._queries, self.batch_size)), dtype=torch.long)
+        by_rank = stream.view(self.batch_size // self.num_ranks, self.num_ranks, -1).transpose(0, 1)  # [R, b, q]
+        return by_rank[self.ranks].reshape(-1, self.query_length)  # [len(ranks) * b, query_length]
+
+
+def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks: int,
+                       ranks: Sequence[int] | None = None, mode: str = "train", labels_source: str | None = None,
+                       shuffle_seed: int = 0) -> ResumableBatches:
+    """The query batches of ``task`` (a TaskHParams) for the emulated ranks ``ranks`` (default all of num_ranks).
+
+    ``next()`` gives [len(ranks) * batch_size / num_ranks, query_length]: block i is rank ranks[i]'s next
+    batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9), whatever the source:
+    - the baseline's sources (bookcorpus, tldr-17, a local .parquet or tldr-17 .zip; text column task.query_column):
+      rank r shuffles with ``seed`` + r * 100003, then takes shard r (`HFQuerySampler`);
+    - the 2019 sources (books-2019, tldr-2019, cnndm, oai-label-queries, a local .jsonl/.txt): one shuffle with
+      ``shuffle_seed`` (the original's tf_dataset default 0, whatever the run seed), then shard r (`QuerySampler`).
+    The sampler counts its batches, so that a resumed run fast-forwards it to where it stood (checkpoint.py).
+    """
+    source = query_source(task.query_dataset)
+    if source.shuffled_per_rank:
+        if mode not in source.modes:
+            raise UserError(f"query dataset {source.name} has only a train split (the baseline never read another); "
+                            "use the train split (sample.py --query-mode train) or books-2019 for held-out queries")
+        sampler: RankBatches = HFQuerySampler(
+            tokenizer, dataset=source, query_length=task.query_length, batch_size=batch_size, seed=seed,
+            world_size=num_ranks, ranks=ranks, column=task.query_column, start_text=task.start_text,
+            end_text=task.end_text)
+    else:
+        sampler = QuerySampler(tokenizer, dataset=source, query_length=task.query_length, start_text=task.start_text,
+                               end_text=task.end_text, batch_size=batch_size, mode=mode, seed=shuffle_seed,
+                               num_ranks=num_ranks, ranks=ranks, labels_source=labels_source)
+    return ResumableBatches(sampler)
+
+
+class ResumableBatches:
+    """A query sampler that counts the batches it gave: a resumed run fast-forwards a fresh one to the same point.
+
+    Fast-forwarding (drawing and discarding) gives the same queries from any source, at the cost of encoding the
+    skipped texts once more; other attributes are the wrapped sampler's.
+    """
+
+    def __init__(self, sampler: RankBatches):
+        self.sampler, self.batches_drawn = sampler, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.sampler, name)
+
+    def __iter__(self) -> ResumableBatches:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        batch = next(self.sampler)
+        self.batches_drawn += 1
+        return batch
+
+    def skip(self, n: int) -> None:
+        """Draw and discard ``n`` batches: the stream then stands where it would after ``n`` more `next` calls."""
+        for _ in range(n):
+            next(self)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"batches_drawn": self.batches_drawn}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state["batches_drawn"] < self.batches_drawn:
+            raise ValueError(f"cannot rewind a query stream from batch {self.batches_drawn} to {state['batches_drawn']}")
+        self.skip(state["batches_drawn"] - self.batches_drawn)
+
+
+def print_first_query(sampler: RankBatches | ResumableBatches, out: Callable[..., None] = print) -> str | None:
+    """Print rank 0's first shuffled text as the baseline's fork did, `=========== <text>` (through ``out``, called as
+    print is), and return it, when ``sampler`` (make_query_sampler's) streams a baseline source (bookcorpus, tldr-17,
+    a local parquet or .zip) and holds rank 0; else None. The baseline's line is in its W&B run's output log: the same
+    seed gives the same line."""
+    # OAI fork lm_human_preferences/oaidatasets/books.py: books_generator, print("===========", data["text"]) for the
+    # first item of the shuffled dataset (tldr.py prints nothing: its runs' logs have no such line)
+    if 0 not in sampler.ranks:
+        return None
+    text = sampler.first_text()
+    if text is not None:
+        out("===========", text)
+    return text
