@@ -420,7 +420,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def train(args: Args) -> dict:
     """Run PPO; returns the policy, the reference policy and the last stats (for tests)."""
-    ranks = Ranks.start(args)  # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    ranks = Ranks.start(args, get_task(args.task_name).gpu_sized)
     device = ranks.device
     compile_blocks(args.compile)
     inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,

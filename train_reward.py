@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> Path:
 
 def train(args: Args) -> Path:
     """Train, normalise and save a reward model; returns the saved directory (on every process)."""
-    ranks = Ranks.start(args)  # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
+    ranks = Ranks.start(args, get_task(args.task_name).gpu_sized)
     device = ranks.device
     compile_blocks(args.compile)
     # no checkpoints within this phase (minutes long): --resume reuses a finished reward model or trains it again

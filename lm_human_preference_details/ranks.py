@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.cli import UserError, pick_device
 
 SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, seed + rank * 100003
 
@@ -105,16 +105,13 @@ class Ranks:
     rank's own random draws are `draws` (RankDraws)."""
 
     @classmethod
-    def start(cls, args) -> "Ranks":
+    def start(cls, args, gpu_sized: bool) -> "Ranks":
         """A run's ranks from its options (--num-ranks, --seed, --exact-ranks, --device): join torchrun's processes,
         seed the global generators with rank 0's seed in every process (so every process builds the same models), and
-        record the number of processes in ``args.world_size``."""
-        from lm_human_preference_details.cli import pick_device
-        from lm_human_preference_details.tasks import get_task
-
+        record the number of processes in ``args.world_size``. ``gpu_sized``: the task's runs take days on a CPU, so
+        --device auto refuses to fall back to it (Task.gpu_sized)."""
         seed_globals(args.seed)
-        gpu_sized = args.task_name if get_task(args.task_name).gpu_sized else ""
-        device = setup_distributed(pick_device(args.device, args.tf32, gpu_sized=gpu_sized))
+        device = setup_distributed(pick_device(args.device, args.tf32, gpu_sized=args.task_name if gpu_sized else ""))
         ranks = cls(args.num_ranks, args.seed, device, exact=args.exact_ranks)
         args.world_size = ranks.world_size
         return ranks

@@ -36,7 +36,7 @@ def test_a_gpu_sized_task_refuses_the_cpu_fallback_in_one_line(monkeypatch, cuda
     fake_probe(monkeypatch, cuda_build, gpu=False)
     args = train_policy.build_args("sentiment")  # --device auto by default
     with pytest.raises(UserError) as e:
-        ranks.Ranks.start(args)
+        ranks.Ranks.start(args, get_task("sentiment").gpu_sized)
     message = str(e.value)
     assert "\n" not in message and why in message and "--task sentiment run takes days on a CPU" in message
     assert "pass --device cpu to train on the CPU anyway" in message
@@ -54,7 +54,7 @@ def test_the_offline_task_keeps_its_cpu_default(monkeypatch):
     assert not get_task("offline").gpu_sized
     assert all(get_task(name).gpu_sized for name in ("sentiment", "descriptiveness", "cnndm", "tldr"))
     args = train_policy.build_args("offline")
-    assert ranks.Ranks.start(args).device == torch.device("cpu")
+    assert ranks.Ranks.start(args, get_task("offline").gpu_sized).device == torch.device("cpu")
 
 
 @pytest.mark.parametrize("name, expected", [("cuda:1", [torch.device("cuda", 1)]), ("cuda", []), ("cpu", [])])
