@@ -127,7 +127,7 @@ def sample_items(args: Args, device: torch.device) -> list[dict]:
         contexts = format_queries(chunk, prefix, suffix).repeat_interleave(N_SAMPLES, dim=0)  # [c * 4, p + q + s]
         # C1 sampling: exactly response_length tokens at the task's temperature
         responses = policy.sample(contexts, task.response_length, generator=generator)["responses"]
-        # E2 truncation: cut after the first truncate_token at index >= truncate_after, as PPO scores a response
+        # E2 truncate and score: cut after the first truncate_token at index >= truncate_after, as PPO scores a response
         # and as OpenAI's labellers were shown it (its label files hold truncated, padded samples)
         samples = truncate_responses(responses, task.truncate_token, task.truncate_after, tokenizer.pad_token_id)
         samples = samples.view(len(chunk), N_SAMPLES, task.response_length).tolist()  # [c, 4, response_length]
@@ -164,11 +164,11 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
         # which this server never grants): only this page can label
         if self.headers.get("X-Lmhp-Label") != "1":
             return self.reply_json(403, {"error": "requests come from the labelling page only"})
-        length = int(self.headers.get("Content-Length") or 0)
-        if not 0 < length <= MAX_BODY:
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or not 0 < int(length) <= MAX_BODY:
             return self.reply_json(400, {"error": f"a request body of 1..{MAX_BODY} bytes is expected"})
         try:
-            body = json.loads(self.rfile.read(length))
+            body = json.loads(self.rfile.read(int(length)))
             client, session = str(body["client"])[:64], self.server.session
             if self.path == "/api/label":
                 done, state = session.label(client, int(body["item"]), int(body["best"]))

@@ -101,6 +101,7 @@ class LabelSession:
             if output.exists():
                 raise UserError(f"--output {output} exists and no labelling session wrote it (no {journal.name} beside "
                                 "it); pass a new path: the tool never overwrites a file it did not write")
+            check_writable(output.parent)
             return None
         try:
             handle = open(journal, "r+b")
@@ -286,3 +287,11 @@ def check_output_is_ours(output: Path, journal: Path, renders: list[bytes]) -> N
     if output.exists() and output.read_bytes() not in renders:
         raise UserError(f"--output {output} was changed since the labelling session wrote it; move it away (the "
                         f"session rewrites it from {journal.name}) or pass another --output")
+
+
+def check_writable(directory: Path) -> None:
+    """The label file's directory, or the nearest one that exists, is a directory this process can write in."""
+    existing = next(p for p in (directory.absolute(), *directory.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write the label file in {directory} ({existing} is not a writable directory); pass "
+                        "an --output in a directory you can write")

@@ -142,6 +142,13 @@ def test_files_that_are_not_this_sessions_are_never_written(tmp_path, case):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_an_output_inside_a_file_is_refused_before_anything_is_sampled(tmp_path):
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(UserError, match="is not a writable directory"):
+        LabelSession.resume(tmp_path / "notes" / "labels.json", FLAGS)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes"] and (tmp_path / "notes").read_text() == "mine"
+
+
 def test_a_second_server_on_one_output_is_refused(tmp_path):
     session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
     with pytest.raises(UserError, match="being labelled by another session"):
@@ -200,11 +207,12 @@ def test_a_request_from_another_page_is_refused(tmp_path):
     try:
         status, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 0}, {"X-Lmhp-Label": "0"})
         bad_best, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 4})
+        no_item, _ = call(server.url(), "/api/skip", {"client": "x"})
     finally:
         server.shutdown()
         server.server_close()
         session.close()
-    assert (status, bad_best) == (403, 400)
+    assert (status, bad_best, no_item) == (403, 400, 400)
     assert json.loads((tmp_path / "labels.json").read_text()) == []
 
 
