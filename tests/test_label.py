@@ -217,24 +217,41 @@ def test_a_request_from_another_page_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ the items: the task's sampling, fixed by the seed
-def test_items_are_the_tasks_truncated_samples_fixed_by_the_seed(cache, monkeypatch):
+def test_the_items_are_fixed_by_the_seed(cache, monkeypatch):
     monkeypatch.setattr(files, "CACHE_DIR", cache)
     args = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "3", "--output", "x.json"]).finalize()
     items = label.sample_items(args, torch.device("cpu"))
     assert items == label.sample_items(args, torch.device("cpu"))  # the seed fixes them
-    task = args.task
-    for item in items:
-        assert len(item["samples"]) == 4 and len(item["query"]) == task.query_length
-        for sample in item["samples"]:
-            assert len(sample) == RESPONSE_LENGTH and 50257 not in sample  # A2 label pads: 50259 in the file
-            # E2 truncation: after the first truncate token at index >= truncate_after, only pads
-            cut = next((i for i in range(task.truncate_after, RESPONSE_LENGTH) if sample[i] == task.truncate_token), None)
-            if cut is not None:
-                assert set(sample[cut + 1 :]) <= {OAI_PAD}
-            else:
-                assert OAI_PAD not in sample
+    assert [len(item["query"]) for item in items] == [args.task.query_length] * 3
+    assert [len(s) for item in items for s in item["samples"]] == [RESPONSE_LENGTH] * 12
     other = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "3", "--seed", "2"]).finalize()
     assert label.sample_items(other, torch.device("cpu")) != items
+
+
+class ScriptedPolicy:
+    """A policy whose every response is 24 tokens of 200 + row, with '.' (13) at index 5 and, in even rows, 17."""
+
+    def sample(self, contexts: torch.Tensor, length: int, generator=None) -> dict[str, torch.Tensor]:
+        responses = 200 + torch.arange(len(contexts)).unsqueeze(1).repeat(1, length)  # [b, length]
+        responses[:, 5] = 13
+        responses[::2, 17] = 13
+        return {"responses": responses}
+
+
+def test_samples_are_cut_as_ppo_scores_them_and_padded_with_50259(cache, monkeypatch):
+    monkeypatch.setattr(files, "CACHE_DIR", cache)
+    monkeypatch.setattr(label, "load_policy", lambda *a: (ScriptedPolicy(), None))
+    args = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "2", "--output", "x.json"]).finalize()
+    items = label.sample_items(args, torch.device("cpu"))
+    rows = [s for item in items for s in item["samples"]]  # 8 responses, rows 0..7
+    for row, sample in enumerate(rows):
+        tokens = [200 + row] * 24
+        tokens[5] = 13
+        if row % 2 == 0:  # E2 truncate and score: cut after the '.' at index 17 >= truncate_after 16, not the one at 5
+            tokens[17] = 13
+            tokens[18:] = [OAI_PAD] * 6  # A2 label pads: 50259 in the file, as OpenAI's
+        assert sample == tokens
+    assert items[0]["sample_texts"][0].endswith(".") and items[0]["query_text"]
 
 
 # ------------------------------------------------------------------ the server as users run it
