@@ -116,19 +116,20 @@ class LabelSession:
         try:
             header, events, complete = read_journal(handle, journal, output)
             check_flags(header, flags, output)
-            session = cls(output, handle, header, [])
-            renders = [render(session.items, {})]
-            for event in events:
+            session = cls(output, handle, header, events[:-1])
+            renders = [render(session.items, session.decisions.best)]  # before the last choice, and after it
+            for event in events[-1:]:
                 session.decisions.apply(event)
                 renders.append(render(session.items, session.decisions.best))
-            check_output_is_ours(output, journal, renders[-2:])
+            check_output_is_ours(output, journal, renders)
         except UserError:
             handle.close()
             raise
         if complete < journal.stat().st_size:  # a line cut by a kill: never acknowledged, so dropped
             handle.truncate(complete)
             os.fsync(handle.fileno())
-        session.write_output()
+        if not output.exists() or output.read_bytes() != renders[-1]:
+            session.write_output()
         return session
 
     @classmethod
@@ -220,8 +221,6 @@ class LabelSession:
     def write_output(self) -> None:
         """Rewrite the label file from the decisions: a temporary, fsynced, renamed into place."""
         data = render(self.items, self.decisions.best)
-        if self.output.exists() and self.output.read_bytes() == data:
-            return
         with atomic_path(self.output) as tmp:
             with open(tmp, "wb") as f:
                 f.write(data)
