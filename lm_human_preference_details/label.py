@@ -180,6 +180,9 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
                 return self.reply_json(404, {"error": f"no call {self.path}"})
         except (ValueError, KeyError, TypeError) as e:
             return self.reply_json(400, {"error": f"bad request: {e}"})
+        except OSError as e:  # a full disk: the page says the choice was not saved, the session goes on
+            return self.reply_json(507, {"error": f"cannot save the choice ({e.strerror or e}); free space on "
+                                                  f"{self.server.session.output.parent} and choose again"})
         self.reply_json(200 if done else 409, state)
 
     def reply_json(self, status: int, body: dict) -> None:

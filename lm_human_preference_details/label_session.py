@@ -13,6 +13,7 @@ session holds one lock, so two browser tabs never label one item twice.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -211,10 +212,15 @@ class LabelSession:
     def _record(self, event: dict) -> None:
         """Journal ``event`` durably, apply it, then rewrite the label file."""
         line = json.dumps({**event, "time": round(time.time(), 3)}).encode() + b"\n"
-        self.journal.seek(0, os.SEEK_END)
-        self.journal.write(line)
-        self.journal.flush()
-        os.fsync(self.journal.fileno())
+        fd = self.journal.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "the journal took part of the line")
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, end)  # a choice that was not saved leaves no line behind (the page says so)
+            raise
         self.decisions.apply(event)
         self.write_output()
 

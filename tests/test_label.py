@@ -23,7 +23,7 @@ from label_helpers import (
     tiny_offline_cache,
 )
 
-from lm_human_preference_details import files, label
+from lm_human_preference_details import files, label, label_session
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.label_session import LabelSession, journal_path
 from lm_human_preference_details.labels import OAI_PAD
@@ -214,6 +214,34 @@ def test_a_request_from_another_page_is_refused(tmp_path):
         session.close()
     assert (status, bad_best, no_item) == (403, 400, 400)
     assert json.loads((tmp_path / "labels.json").read_text()) == []
+
+
+def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path, monkeypatch):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(3))
+    server = label.LabelServer("127.0.0.1", 0)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    journal = journal_path(out).read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:  # the disk fills half-way through the journal's line
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    try:
+        monkeypatch.setattr(label_session.os, "write", half_then_full)
+        status, answer = call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 1})
+        assert (status, journal_path(out).read_bytes(), out.read_text()) == (507, journal, "[]")
+        assert "No space left on device" in answer["error"]
+        monkeypatch.setattr(label_session.os, "write", real_write)
+        assert call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 2})[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        session.close()
+    assert json.loads(out.read_text()) == expected_file({0: 2})
+    LabelSession.resume(out, FLAGS).close()  # the journal reads back whole
 
 
 # ------------------------------------------------------------------ the items: the task's sampling, fixed by the seed
