@@ -1,0 +1,79 @@
+"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess, and
+the page's calls made over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from lm_human_preference_details import offline
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERY_LENGTH, RESPONSE_LENGTH = offline.QUERY_LENGTH, offline.RESPONSE_LENGTH
+START_WAIT_S = 600  # a bound on waiting for a server to print its URL (torch's import and sampling, on a loaded CPU)
+
+
+def tiny_offline_cache(cache: Path, assets: Path) -> Path:
+    """$LMHP_CACHE holding the offline task's files made of the tests' tiny assets (the real ones take minutes)."""
+    d = cache / offline.VERSION
+    d.mkdir(parents=True)
+    (d / "tiny-gpt2").symlink_to(assets / "tiny-gpt2")
+    for name in ("queries.txt", "queries_test.txt"):
+        (d / name).symlink_to(assets / "queries.txt")
+    (d / "labels.json").symlink_to(assets / "labels.json")
+    return cache
+
+
+def label_env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "LMHP_CACHE": str(cache), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def label_command(output: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "lm_human_preference_details.label", "--task", "offline", "--output", str(output),
+            "--num-queries", "8", "--port", "0", "--device", "cpu", *extra]
+
+
+def start_server(cache: Path, output: Path, *extra: str) -> tuple[subprocess.Popen, str, list[str]]:
+    """A labelling server of the offline task in a subprocess -> (process, its URL, the lines it printed)."""
+    proc = subprocess.Popen(label_command(output, *extra), cwd=output.parent, env=label_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:  # ends when the process does: a failed start is reported below, not waited on
+        lines.append(line.rstrip("\n"))
+        if line.startswith("labelling page: "):
+            return proc, line.split()[2], lines
+    proc.wait(START_WAIT_S)
+    raise AssertionError("the labelling server did not start:\n" + "\n".join(lines))
+
+
+def call(url: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    """GET (no body) or POST one of the page's calls -> (HTTP status, JSON answer)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url.rstrip("/") + path, data=data,
+                                     headers={"X-Lmhp-Label": "1", **(headers or {})} if data else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy: the server is local
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def read_labels(path: Path) -> list[dict]:
+    """The label file's records, checked as --labels.source reads them (OpenAI's schema, pads 50259)."""
+    from lm_human_preference_details.labels import load_best_of_n_labels
+
+    load_best_of_n_labels(path, n=4, query_length=QUERY_LENGTH, response_length=RESPONSE_LENGTH, pad_id=50257)
+    return json.loads(path.read_text())
+
+
+def journal_items(output: Path) -> list[dict]:
+    """The items a session's journal holds (its first line)."""
+    with open(output.with_name(output.name + ".session.jsonl")) as f:
+        return json.loads(f.readline())["items"]

@@ -1,0 +1,347 @@
+"""label.py and label_session.py: the label file and its journal, kill -9, two tabs at once, who can reach the page,
+bad input. The page itself, in a real browser: test_label_page.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+
+import pytest
+import torch
+from label_helpers import (
+    RESPONSE_LENGTH,
+    call,
+    journal_items,
+    label_command,
+    label_env,
+    read_labels,
+    start_server,
+    tiny_offline_cache,
+)
+
+from lm_human_preference_details import files, label, label_session
+from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.label_session import LabelSession, journal_path
+from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.tasks import parse_args
+
+FLAGS = {"task_name": "offline", "seed": 1}
+
+
+def fake_items(n: int) -> list[dict]:
+    """``n`` items with distinct tokens: item i's query is [i, i, pad], its samples [10 i + j, pad]."""
+    return [{"query": [i, i, OAI_PAD], "samples": [[10 * i + j, OAI_PAD] for j in range(4)], "query_text": f"q{i}",
+             "sample_texts": [f"s{i}.{j}" for j in range(4)]} for i in range(n)]
+
+
+def expected_file(best: dict[int, int]) -> list[dict]:
+    """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items."""
+    return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b}
+            for i, b in sorted(best.items())]
+
+
+@pytest.fixture(scope="module")
+def cache(assets, tmp_path_factory):
+    return tiny_offline_cache(tmp_path_factory.mktemp("label_cache"), assets)
+
+
+# ------------------------------------------------------------------ the session: file, journal, resume
+def test_choices_are_journaled_and_written_as_openai_records(tmp_path):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(5))
+    assert json.loads(out.read_text()) == []
+    assert session.state("a")["item"]["index"] == 0
+    assert session.label("a", 0, 2)[0]
+    assert session.state("a")["item"]["index"] == 1
+    assert session.skip("a", 1)[0]
+    assert session.label("a", 2, 3)[0]
+    assert session.undo("a")[1]["item"]["index"] == 2  # the undone item comes back to the tab that undid it
+    assert session.label("a", 2, 1)[0]
+    assert json.loads(out.read_text()) == expected_file({0: 2, 2: 1})
+    events = [json.loads(line) for line in journal_path(out).read_text().splitlines()[1:]]
+    assert [(e["event"], e["item"]) for e in events] == [("label", 0), ("skip", 1), ("label", 2), ("undo", 2),
+                                                        ("label", 2)]
+    state = session.state("a")
+    assert (state["item"]["index"], state["labelled"], state["skipped"], state["total"]) == (3, 2, 1, 5)
+    session.close()
+
+
+def test_undo_takes_back_only_the_tabs_own_choices(tmp_path):
+    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(4))
+    session.label("a", 0, 0)
+    session.label("b", 1, 1)
+    undone, state = session.undo("a")
+    assert undone and state["item"]["index"] == 0
+    assert json.loads((tmp_path / "labels.json").read_text()) == expected_file({1: 1})
+    assert session.undo("a")[0] is False  # a has nothing left to undo; b's label stays
+    assert json.loads((tmp_path / "labels.json").read_text()) == expected_file({1: 1})
+    session.close()
+
+
+def test_a_resumed_session_continues_at_the_first_open_item(tmp_path):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(6))
+    for item, best in ((0, 1), (1, 3), (2, 0)):
+        session.label("a", item, best)
+    session.skip("a", 3)
+    session.close()
+    again = LabelSession.resume(out, FLAGS)
+    state = again.state("new tab")
+    assert (state["item"]["index"], state["labelled"], state["skipped"]) == (4, 3, 1)
+    assert state["item"]["samples"] == ["s4.0", "s4.1", "s4.2", "s4.3"]
+    assert again.undo("a")[1]["item"]["index"] == 3  # the journal keeps each tab's choices: undo works after a restart
+    again.close()
+
+
+def test_a_line_cut_by_a_kill_is_dropped_and_a_lagging_file_is_caught_up(tmp_path):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(4))
+    session.label("a", 0, 1)
+    session.close()
+    journal = journal_path(out)
+    # killed after journaling a choice and before rewriting the file, then half-way through journaling another
+    with open(journal, "ab") as f:
+        f.write(json.dumps({"event": "label", "item": 1, "best": 2, "client": "a"}).encode() + b"\n")
+        f.write(b'{"event": "label", "item": 2, "be')
+    again = LabelSession.resume(out, FLAGS)
+    assert json.loads(out.read_text()) == expected_file({0: 1, 1: 2})
+    assert journal.read_bytes().endswith(b"\n") and len(journal.read_text().splitlines()) == 3
+    assert again.label("a", 2, 0)[0]
+    assert json.loads(out.read_text()) == expected_file({0: 1, 1: 2, 2: 0})
+    again.close()
+
+
+@pytest.mark.parametrize("case", ["user file", "changed by the user", "another output's journal", "not a journal",
+                                  "other flags", "a directory"])
+def test_files_that_are_not_this_sessions_are_never_written(tmp_path, case):
+    out = tmp_path / "labels.json"
+    if case == "user file":
+        out.write_text("my notes")
+    elif case == "a directory":
+        out.mkdir()
+    else:
+        LabelSession.create(tmp_path / "other.json" if case == "another output's journal" else out, FLAGS,
+                            fake_items(3)).close()
+        if case == "changed by the user":
+            out.write_text("[]\n")
+        elif case == "another output's journal":
+            os.replace(journal_path(tmp_path / "other.json"), journal_path(out))
+        elif case == "not a journal":
+            journal_path(out).write_text('{"mine": 1}\n')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    flags = {**FLAGS, "seed": 2} if case == "other flags" else FLAGS
+    expected = {"user file": "no labelling session wrote it", "changed by the user": "was changed since",
+                "another output's journal": "is the journal of other.json", "not a journal": "is not a labelling session",
+                "other flags": "seed=1", "a directory": "is a directory"}[case]
+    with pytest.raises(UserError, match=expected):
+        LabelSession.resume(out, flags)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_an_output_inside_a_file_is_refused_before_anything_is_sampled(tmp_path):
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(UserError, match="is not a writable directory"):
+        LabelSession.resume(tmp_path / "notes" / "labels.json", FLAGS)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes"] and (tmp_path / "notes").read_text() == "mine"
+
+
+def test_a_second_server_on_one_output_is_refused(tmp_path):
+    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
+    with pytest.raises(UserError, match="being labelled by another session"):
+        LabelSession.resume(tmp_path / "labels.json", FLAGS)
+    session.close()
+
+
+# ------------------------------------------------------------------ two tabs at once
+def test_two_tabs_never_label_one_item_twice(tmp_path):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(30))
+    server = label.LabelServer("127.0.0.1", 0)
+    server.session = session
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    url = server.url()
+    try:
+        # both tabs are shown an item, then both choose for the first one: one choice is kept, the other refused
+        first = [call(url, f"/api/state?client={c}")[1]["item"]["index"] for c in "ab"]
+        assert first == [0, 1]  # two tabs are shown two items
+        statuses = sorted(call(url, "/api/label", {"client": c, "item": 0, "best": b})[0] for c, b in (("a", 1), ("b", 2)))
+        assert statuses == [200, 409]
+        shown = {c: [] for c in "ab"}
+
+        def tab(client: str) -> None:  # labels what it is shown until nothing is left (bounded)
+            for _ in range(60):
+                item = call(url, f"/api/state?client={client}")[1]["item"]
+                if item is None:
+                    return
+                shown[client].append(item["index"])
+                call(url, "/api/label", {"client": client, "item": item["index"], "best": item["index"] % 4})
+
+        tabs = [threading.Thread(target=tab, args=(c,)) for c in "ab"]
+        for t in tabs:
+            t.start()
+        for t in tabs:
+            t.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+        session.close()
+    events = [json.loads(line) for line in journal_path(out).read_text().splitlines()[1:]]
+    items = [e["item"] for e in events if e["event"] == "label"]
+    assert sorted(items) == list(range(30))  # every item labelled, none twice
+    assert shown["a"] and shown["b"]
+    records = json.loads(out.read_text())
+    assert [r["query"][0] for r in records] == list(range(30))
+    assert records[0]["best"] in (1, 2) and all(r["best"] == r["query"][0] % 4 for r in records[1:])
+
+
+def test_a_request_from_another_page_is_refused(tmp_path):
+    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
+    server = label.LabelServer("127.0.0.1", 0)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        status, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 0}, {"X-Lmhp-Label": "0"})
+        bad_best, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 4})
+        no_item, _ = call(server.url(), "/api/skip", {"client": "x"})
+    finally:
+        server.shutdown()
+        server.server_close()
+        session.close()
+    assert (status, bad_best, no_item) == (403, 400, 400)
+    assert json.loads((tmp_path / "labels.json").read_text()) == []
+
+
+def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path, monkeypatch):
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, FLAGS, fake_items(3))
+    server = label.LabelServer("127.0.0.1", 0)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    journal = journal_path(out).read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:  # the disk fills half-way through the journal's line
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    try:
+        monkeypatch.setattr(label_session.os, "write", half_then_full)
+        status, answer = call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 1})
+        assert (status, journal_path(out).read_bytes(), out.read_text()) == (507, journal, "[]")
+        assert "No space left on device" in answer["error"]
+        monkeypatch.setattr(label_session.os, "write", real_write)
+        assert call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 2})[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        session.close()
+    assert json.loads(out.read_text()) == expected_file({0: 2})
+    LabelSession.resume(out, FLAGS).close()  # the journal reads back whole
+
+
+# ------------------------------------------------------------------ the items: the task's sampling, fixed by the seed
+def test_the_items_are_fixed_by_the_seed(cache, monkeypatch):
+    monkeypatch.setattr(files, "CACHE_DIR", cache)
+    args = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "3", "--output", "x.json"]).finalize()
+    items = label.sample_items(args, torch.device("cpu"))
+    assert items == label.sample_items(args, torch.device("cpu"))  # the seed fixes them
+    assert [len(item["query"]) for item in items] == [args.task.query_length] * 3
+    assert [len(s) for item in items for s in item["samples"]] == [RESPONSE_LENGTH] * 12
+    other = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "3", "--seed", "2"]).finalize()
+    assert label.sample_items(other, torch.device("cpu")) != items
+
+
+class ScriptedPolicy:
+    """A policy whose every response is 24 tokens of 200 + row, with '.' (13) at index 5 and, in even rows, 17."""
+
+    def sample(self, contexts: torch.Tensor, length: int, generator=None) -> dict[str, torch.Tensor]:
+        responses = 200 + torch.arange(len(contexts)).unsqueeze(1).repeat(1, length)  # [b, length]
+        responses[:, 5] = 13
+        responses[::2, 17] = 13
+        return {"responses": responses}
+
+
+def test_samples_are_cut_as_ppo_scores_them_and_padded_with_50259(cache, monkeypatch):
+    monkeypatch.setattr(files, "CACHE_DIR", cache)
+    monkeypatch.setattr(label, "load_policy", lambda *a: (ScriptedPolicy(), None))
+    args = parse_args(label.build_args, "", ["--task", "offline", "--num-queries", "2", "--output", "x.json"]).finalize()
+    items = label.sample_items(args, torch.device("cpu"))
+    rows = [s for item in items for s in item["samples"]]  # 8 responses, rows 0..7
+    for row, sample in enumerate(rows):
+        tokens = [200 + row] * 24
+        tokens[5] = 13
+        if row % 2 == 0:  # E2 truncate and score: cut after the '.' at index 17 >= truncate_after 16, not the one at 5
+            tokens[17] = 13
+            tokens[18:] = [OAI_PAD] * 6  # A2 label pads: 50259 in the file, as OpenAI's
+        assert sample == tokens
+    assert items[0]["sample_texts"][0].endswith(".") and items[0]["query_text"]
+
+
+# ------------------------------------------------------------------ the server as users run it
+def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_path):
+    out = tmp_path / "labels.json"
+    proc, url, lines = start_server(cache, out)
+    try:
+        assert url.startswith("http://127.0.0.1:") and "only this machine can open it" in lines[-1]
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with pytest.raises(OSError):  # the default: 127.0.0.1 only, not the machine's other loopback addresses
+            socket.create_connection(("127.0.0.2", port), timeout=10).close()
+        shown = []
+        for best in (2, 0, 3):
+            item = call(url, "/api/state?client=a")[1]["item"]
+            shown.append(item)
+            assert call(url, "/api/label", {"client": "a", "item": item["index"], "best": best})[0] == 200
+        fourth = call(url, "/api/state?client=a")[1]["item"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    records = read_labels(out)  # parses, as --labels.source reads it
+    items = journal_items(out)
+    assert [r["best"] for r in records] == [2, 0, 3]
+    assert [r["query"] for r in records] == [items[i]["query"] for i in range(3)]
+    assert [[r[f"sample{j}"] for j in range(4)] for r in records] == [items[i]["samples"] for i in range(3)]
+
+    # a restart, here served on every address: it says so, and continues at the first unlabelled item
+    proc, url, lines = start_server(cache, out, "--host", "0.0.0.0")
+    try:
+        assert "3 of 8 items labelled" in "\n".join(lines)
+        assert "anyone who can reach this machine" in lines[-1]
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        state = call(f"http://127.0.0.2:{port}", "/api/state?client=b")[1]
+        assert state["item"] == fourth and state["labelled"] == 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert "stopped: 3 of 8 items labelled" in proc.stdout.read()
+    assert journal_items(out) == items
+
+
+def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    (tmp_path / "mine.json").write_text("my own notes")
+    cases = [
+        (["--output", "mine.json"], "--output mine.json exists and no labelling session wrote it"),
+        (["--port", port], f"--port {port} is in use on 127.0.0.1"),
+        (["--task.query-dataset", "gone.txt"], "--task.query-dataset gone.txt is neither"),
+        (["--num-queries", "0"], "--num-queries"),
+    ]
+    env = label_env(cache)
+    try:
+        for extra, message in cases:
+            command = label_command(tmp_path / "new.json", *extra)
+            result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
+            assert message in result.stderr
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
+    finally:
+        taken.close()
+    assert (tmp_path / "mine.json").read_text() == "my own notes"
