@@ -148,8 +148,8 @@ def query_source(dataset: str) -> QuerySource:
 
 def unknown_dataset(name: str) -> str:
     """The one line for a value that names no source."""
-    return (f"unknown query dataset {name!r}: neither one of {', '.join(SOURCES)} nor an existing "
-            ".jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
+    return (f"unknown query dataset {name!r}: --task.query-dataset {name} is neither one of {', '.join(SOURCES)} nor "
+            "an existing .jsonl/.txt/.parquet/.zip file or folder of .parquet files; pass one of them")
 
 
 def not_parquet(name: str) -> str:
