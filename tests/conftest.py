@@ -1,21 +1,50 @@
-"""Shared offline fixtures: the real GPT-2 tokenizer and tiny random GPT-2 models on disk."""
+"""Shared offline fixtures: the real GPT-2 tokenizer and tiny random GPT-2 models on disk; every test leaves the
+global random generators as it found them."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
+import random
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+@contextlib.contextmanager
+def global_generators_kept() -> Iterator[None]:
+    """Give back torch's (CPU and, once started, CUDA), numpy's and Python's global generators as they were before the
+    block, whatever it drew or seeded."""
+    states = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@pytest.fixture(autouse=True)
+def restore_global_generators():
+    """Every test: one that seeds the global generators, or draws from them, changes no other test's numbers."""
+    with global_generators_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
