@@ -14,8 +14,10 @@ import contextlib
 import copy
 import errno
 import hashlib
+import os
 import random
 import shutil
+import signal
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -27,6 +29,7 @@ from torch import nn
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path
 
+EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 # options a resumed run may change: where and how it runs, not what it computes
@@ -108,6 +111,18 @@ def check_same_run(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None
                         "options, or --overwrite to start again")
 
 
+# ----------------------------------------------------------------------------------------------- tests' hook
+def event(text: str) -> None:
+    """Tests' hook, off unless $LMHP_TEST_EVENTS names a file: append ``text`` ("update N", "checkpoint-writing N") to
+    it as a line, then stop this process (SIGSTOP) until the test continues it (SIGCONT). A test (tests/test_run.py)
+    thus kills, stops or races a run at exactly that point, never after a guessed time."""
+    path = os.environ.get(EVENTS)
+    if path:
+        with open(path, "a") as f:
+            f.write(text + "\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 # ----------------------------------------------------------------------------------------------- save and load
 def checkpoint_dir(run_dir: Path, update: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"update_{update:08d}"
@@ -144,6 +159,7 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     path = checkpoint_dir(run_dir, update)
     with save_errors(run_dir, path), atomic_path(path, is_dir=True) as tmp:
         write_state(state, tmp / STATE_FILE)
+        event(f"checkpoint-writing {update}")  # written, not yet in place: a kill here leaves only a temporary
     for old in list_checkpoints(run_dir)[:-keep]:  # only after the new one is complete
         shutil.rmtree(old, ignore_errors=True)
     return path

@@ -44,6 +44,7 @@ from lm_human_preference_details.checkpoint import (
     BackgroundSaver,
     check_same_run,
     checkpoint_dir,
+    event,
     list_checkpoints,
     load_checkpoint,
     restore,
@@ -418,6 +419,7 @@ class Run:
         with StopSignals() as stop:
             for update in self.progress:
                 yield update
+                event(f"update {update}")  # tests' hook: off in real runs
                 # every process stops at the same update: a signal reaching one of them stops all (saving is collective)
                 stopping = self.ranks.sum(torch.tensor([float(stop.signum is not None)])).item() > 0
                 done = update + 1

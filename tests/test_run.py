@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -11,8 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 import torch
@@ -33,7 +36,7 @@ def run_args(out, **kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def fake_train(out, kind="policy", updates=3, inputs=(), die_at=None, **kw) -> None:
+def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
     """What both scripts do with a Run, on a one-layer model: enter, start, loop with logs and saves."""
     layer = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
@@ -43,14 +46,30 @@ def fake_train(out, kind="policy", updates=3, inputs=(), die_at=None, **kw) -> N
         objects = {"layer": layer, "optimizer": optimizer} if kind == "policy" else {}
         first = run.start({"seed": 1}, objects)
         for update in run.updates(first, updates, kind):
-            if die_at == update:
-                os.kill(os.getpid(), signal.SIGKILL)
             optimizer.zero_grad()
             layer(torch.ones(1, 2)).sum().backward()
             optimizer.step()
             run.log({"loss": float(update)}, step=update)
         if kind == "reward":
             (run.dir / "reward_model").mkdir()
+
+
+def drive(pid: int, events: Path, act: Callable[[str], None] = lambda event: None) -> tuple[int, list[str]]:
+    """Follow a child run started with $LMHP_TEST_EVENTS=``events`` (`checkpoint.event`): each time it stops at an
+    event, call ``act(event)`` (which may signal it: SIGKILL, SIGTERM), then continue it, until it ends.
+
+    -> (its exit code as subprocess gives it: -9 when killed, 128 + signal after a stop, ...; its events in order).
+    """
+    seen: list[str] = []
+    while True:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            return os.waitstatus_to_exitcode(status), seen
+        new = events.read_text().splitlines()[len(seen):] if events.exists() else []
+        seen += new
+        for event in new:
+            act(event)
+        os.kill(pid, signal.SIGCONT)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -321,61 +340,118 @@ def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
             assets / "queries.txt", "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
             "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events = tmp_path / "events"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), ckpt.EVENTS: str(events)}
+    with open(tmp_path / "first.out", "w") as stdout, open(tmp_path / "first.err", "w") as stderr:
+        first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
+                                 stdout=stdout, stderr=stderr)
+    second = []
+
+    def race(event: str) -> None:  # the first run holds the directory and stands still at its first batch
+        if not second:
+            second.append(script("train_reward.py", *argv, "--resume"))
+
     try:
-        while not (out / MARKER).exists():
-            assert first.poll() is None, first.communicate()[1][-3000:]
-            time.sleep(0.05)
-        refused(script("train_reward.py", *argv, "--resume"), "is in use by a live run")
+        code, seen = drive(first.pid, events, race)
     finally:
-        _, err = first.communicate(timeout=300)
-    assert first.returncode == 0, err[-3000:]
+        first.kill()  # a no-op once it has ended
+    first.returncode = code
+    assert code == 0, (tmp_path / "first.err").read_text()[-3000:]
+    assert seen[0] == "update 0" and len(second) == 1
+    refused(second[0], "is in use by a live run")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train_reward/minibatch/loss" in r] == list(range(8))  # one run's rows only
 
 
 # ------------------------------------------------------------------------------------------------ randomized
+USER_FILES = ["notes.txt", "config.json", "metrics.jsonl", ".z.tmp-3", "a/data.json", "a/b/.q.old-9", "models/m/weights.bin",
+              "runs/README"]
+# user files inside run directories (beside a run's entries, and in a policy run's own reward run)
+USER_FILES_IN_RUNS = ["runs/r2/notes.md", "runs/r2/analysis/plot.py", "runs/r2/.draft.tmp-1", "runs/r3/reward/mine.txt",
+                      "runs/r3/todo.txt", "runs/r4/notes.txt"]
+# where runs are sent (the user's own directories too), and the kind of run each one mostly gets
+TARGETS = {"": "policy", ".": "reward", "a": "policy", "a/b": "reward", "models/m": "policy", "runs": "policy",
+           "runs/r1": "policy", "runs/r1/reward": "reward", "new/deeper/run": "policy", "runs/r3/reward": "reward",
+           "runs/r2": "policy", "runs/r3": "policy", "runs/r4": "reward", "runs/r5": "policy"}
+
+
+def user_home(home: Path) -> None:
+    """A user's tree: files of their own, three runs (r2 and r3 policy runs, r3 with its own reward run, r4 a reward run)
+    and the user's files inside them."""
+    for i, name in enumerate(USER_FILES):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(f"user file {i}: ".encode() + os.urandom(16))
+    fake_train(home / "runs/r2", "policy")
+    fake_train(home / "runs/r3", "policy")
+    fake_train(home / "runs/r3/reward", "reward")
+    fake_train(home / "runs/r4", "reward")
+    for i, name in enumerate(USER_FILES_IN_RUNS):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(f"user file in a run {i}: ".encode() + os.urandom(16))
+
+
+def forked_run(path: str, kind: str, inputs: list[str], flags: dict, events: Path, log: Path) -> None:
+    """In a forked child: `fake_train` with the events hook on, its output to ``log``; exit 0 when it ran (or reused a
+    finished run), 3 when it was refused (the error in the log), 1 on anything else (the traceback in the log)."""
+    code = 1
+    try:
+        os.environ[ckpt.EVENTS] = str(events)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        fake_train(path, kind, updates=4, inputs=inputs, **flags)
+        code = 0
+    except UserError as e:
+        print(f"error: {e}")
+        code = 3
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
 def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_path, monkeypatch):
-    """Runs of both kinds, with every flag, into and around a tree of user files, some killed with SIGKILL at a random
-    update or half-way through a checkpoint; afterwards every user file is there with its bytes."""
+    """Runs of both kinds, with every flag, into and around a tree of user files and runs holding user files; some are
+    killed with SIGKILL at a drawn update or half-way through a drawn checkpoint write, at the event the run emits
+    there. Every child ends as drawn, and afterwards every user file is there with its bytes."""
     rng = random.Random(20261124)
     home = tmp_path / "home"
-    for d in ("", "a", "a/b", "models/m", "runs"):
-        (home / d).mkdir(parents=True, exist_ok=True)
-    user_files = ["notes.txt", "config.json", "metrics.jsonl", ".z.tmp-3", "a/data.json", "a/b/.q.old-9",
-                  "models/m/weights.bin", "runs/README"]
-    for i, name in enumerate(user_files):
-        (home / name).write_bytes(f"user file {i}: ".encode() + os.urandom(16))
-    before = snapshot(home)
-    targets = ["", ".", "a", "a/b", "models/m", "runs/r1", "runs/r1/reward", "new/deeper/run"] + ["runs/r2", "runs/r3"] * 3
+    user_home(home)
+    before = {name: (home / name).read_bytes() for name in USER_FILES + USER_FILES_IN_RUNS}
     monkeypatch.chdir(home / "a")
-    for _ in range(50):
-        out = rng.choice(targets)
+    counts = collections.Counter()
+    for i in range(60):
+        out = rng.choice([*TARGETS, *["runs/r2", "runs/r3", "runs/r4", "runs/r5", "new/deeper/run"] * 3])
         path = str(home / out) if out else ""
-        kind = rng.choice(["policy", "reward"])
-        flags = rng.choice([{}, {}, {"resume": True}, {"resume": True}, {"overwrite": True},
+        kind = TARGETS[out] if rng.random() < 0.8 else rng.choice(["policy", "reward"])
+        flags = rng.choice([{}, {"resume": True}, {"resume": True}, {"overwrite": True}, {"overwrite": True},
                             {"resume": True, "overwrite": True}])
         inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
-        kill = rng.random() < 0.3
-        pid = os.fork() if kill else 0
+        plan, at = rng.choice(["no kill", "kill in training", "kill in a checkpoint write"]), rng.randrange(4)
+        kill_at = {"kill in training": f"update {at}", "kill in a checkpoint write": f"checkpoint-writing {2 + 2 * (at % 2)}"}
+        events, log = tmp_path / f"events-{i}", tmp_path / f"log-{i}"
+        killed = []
+
+        def act(event: str) -> None:
+            if event == kill_at.get(plan) and not killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(event)
+
+        pid = os.fork()
         if pid == 0:
-            try:
-                die_at = rng.randrange(4) if kill else None
-                if kill and rng.random() < 0.5:  # or half-way through a checkpoint's file
-                    def die(state, where):
-                        where.write_bytes(b"half")
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    monkeypatch.setattr(ckpt, "write_state", die)
-                fake_train(path, kind, updates=4, inputs=inputs, die_at=die_at, **flags)
-            except UserError:
-                pass
-            finally:
-                if kill:
-                    os._exit(0)
+            forked_run(path, kind, inputs, flags, events, log)
+        code, seen = drive(pid, events, act)
+        output = log.read_text()
+        if killed:
+            assert code == -signal.SIGKILL, output
+            counts[f"killed: {plan[5:]}"] += 1
         else:
-            os.waitpid(pid, 0)
+            assert code in (0, 3), f"{out} {kind} {flags}: exit {code}\n{output}"
+            counts["refused" if code == 3 else "ran to the end"] += 1
+        counts["cleared a run (--overwrite, or an unfinished reward run)"] += "deleting the" in output
+        counts["resumed from a checkpoint"] += "resume: continuing from" in output
+    print("\n".join(f"{n:3d} {what}" for what, n in sorted(counts.items())))
+    assert counts["killed: in training"] >= 3 and counts["killed: in a checkpoint write"] >= 3, counts
+    assert counts["cleared a run (--overwrite, or an unfinished reward run)"] >= 3 and counts["refused"] >= 10, counts
     after = snapshot(home)
     assert {k: after.get(k) for k in before} == before
 
