@@ -7,11 +7,12 @@ import contextlib
 import http.server
 import os
 import random
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -143,3 +144,22 @@ def server(tmp_path, monkeypatch):
 def server_max_in_flight() -> int:
     """The most requests under /slow/ that the `server` fixture served at the same time."""
     return _Handler.max_in_flight
+
+
+def drive(pid: int, events: Path, act: Callable[[str], None] = lambda event: None) -> tuple[int, list[str]]:
+    """Follow a child run started with $LMHP_TEST_EVENTS=``events`` (the run's events hook, `checkpoint.event`): each
+    time it stops at an event, call ``act(event)`` (which may signal it: SIGKILL, SIGTERM), then continue it, until it
+    ends.
+
+    -> (its exit code as subprocess gives it: -9 when killed, 128 + signal after a stop, ...; its events in order).
+    """
+    seen: list[str] = []
+    while True:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            return os.waitstatus_to_exitcode(status), seen
+        new = events.read_text().splitlines()[len(seen):] if events.exists() else []
+        seen += new
+        for event in new:
+            act(event)
+        os.kill(pid, signal.SIGCONT)

@@ -15,10 +15,10 @@ import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 import torch
+from conftest import drive
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.cli import UserError
@@ -52,24 +52,6 @@ def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
             run.log({"loss": float(update)}, step=update)
         if kind == "reward":
             (run.dir / "reward_model").mkdir()
-
-
-def drive(pid: int, events: Path, act: Callable[[str], None] = lambda event: None) -> tuple[int, list[str]]:
-    """Follow a child run started with $LMHP_TEST_EVENTS=``events`` (`checkpoint.event`): each time it stops at an
-    event, call ``act(event)`` (which may signal it: SIGKILL, SIGTERM), then continue it, until it ends.
-
-    -> (its exit code as subprocess gives it: -9 when killed, 128 + signal after a stop, ...; its events in order).
-    """
-    seen: list[str] = []
-    while True:
-        _, status = os.waitpid(pid, os.WUNTRACED)
-        if not os.WIFSTOPPED(status):
-            return os.waitstatus_to_exitcode(status), seen
-        new = events.read_text().splitlines()[len(seen):] if events.exists() else []
-        seen += new
-        for event in new:
-            act(event)
-        os.kill(pid, signal.SIGCONT)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
