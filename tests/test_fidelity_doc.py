@@ -1,4 +1,5 @@
-"""docs/FIDELITY.md names only code and tests that exist: every function, class, method and test its rule map cites."""
+"""docs/FIDELITY.md names only code and tests that exist: every function, class, method and test its rule map cites, in
+each form it writes them, and every `file.py: name` of ours in its readings."""
 
 from __future__ import annotations
 
