@@ -152,14 +152,20 @@ def drive(pid: int, events: Path, act: Callable[[str], None] = lambda event: Non
     ends.
 
     -> (its exit code as subprocess gives it: -9 when killed, 128 + signal after a stop, ...; its events in order).
+    A failure here (in ``act`` too) kills the child first: no run is left stopped behind a failed test.
     """
     seen: list[str] = []
-    while True:
-        _, status = os.waitpid(pid, os.WUNTRACED)
-        if not os.WIFSTOPPED(status):
-            return os.waitstatus_to_exitcode(status), seen
-        new = events.read_text().splitlines()[len(seen):] if events.exists() else []
-        seen += new
-        for event in new:
-            act(event)
-        os.kill(pid, signal.SIGCONT)
+    try:
+        while True:
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                return os.waitstatus_to_exitcode(status), seen
+            new = events.read_text().splitlines()[len(seen):] if events.exists() else []
+            seen += new
+            for event in new:
+                act(event)
+            os.kill(pid, signal.SIGCONT)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise

@@ -307,12 +307,7 @@ def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "") -> tuple[
     with open(name.with_suffix(".out"), "w") as out, open(name.with_suffix(".err"), "w") as err:
         proc = subprocess.Popen([sys.executable, str(ROOT / "train_policy.py"), *argv, "--resume"], cwd=ROOT,
                                 env={**_env(), ckpt.EVENTS: str(events)}, stdout=out, stderr=err)
-    try:
-        proc.returncode, seen = drive(proc.pid, events, act)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            proc.wait()
+    proc.returncode, seen = drive(proc.pid, events, act)
     return proc.returncode, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
 
 
