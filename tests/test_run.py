@@ -388,6 +388,43 @@ def forked_run(path: str, kind: str, inputs: list[str], flags: dict, events: Pat
         os._exit(code)
 
 
+CLEARED, RESUMED = "cleared a run (--overwrite, or an unfinished reward run)", "resumed from a checkpoint"
+
+
+def random_run(rng: random.Random, home: Path, work: Path) -> list[str]:
+    """Draw a run (where, which kind, flags, inputs) and whether to SIGKILL it at an update or in a checkpoint write;
+    run it in a forked child, kill it at that event if it comes, and check how it ended. -> what it did."""
+    out = rng.choice([*TARGETS, *["runs/r2", "runs/r3", "runs/r4", "runs/r5", "new/deeper/run"] * 3])
+    kind = TARGETS[out] if rng.random() < 0.8 else rng.choice(["policy", "reward"])
+    flags = rng.choice([{}, {"resume": True}, {"resume": True}, {"overwrite": True}, {"overwrite": True},
+                        {"resume": True, "overwrite": True}])
+    inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
+    plan, at = rng.choice(["no kill", "kill in training", "kill in a checkpoint write"]), rng.randrange(4)
+    # the first event of the drawn kind from a drawn update on (4 updates, a checkpoint after updates 2 and 4)
+    kill_from = {"kill in training": ("update", at), "kill in a checkpoint write": ("checkpoint-writing", 2 + 2 * (at % 2))}
+    killed = []
+
+    def act(event: str) -> None:
+        name, number = event.split()
+        if plan in kill_from and not killed and name == kill_from[plan][0] and int(number) >= kill_from[plan][1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(event)
+
+    events, log = work.with_suffix(".events"), work.with_suffix(".log")
+    pid = os.fork()
+    if pid == 0:
+        forked_run(str(home / out) if out else "", kind, inputs, flags, events, log)
+    code, _ = drive(pid, events, act)
+    output = log.read_text()
+    if killed:
+        assert code == -signal.SIGKILL, output
+        done = [f"killed: {plan[5:]}"]
+    else:
+        assert code in (0, 3), f"{out} {kind} {flags}: exit {code}\n{output}"
+        done = ["refused" if code == 3 else "ran to the end"]
+    return done + [CLEARED] * ("deleting the" in output) + [RESUMED] * ("resume: continuing from" in output)
+
+
 def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_path, monkeypatch):
     """Runs of both kinds, with every flag, into and around a tree of user files and runs holding user files; some are
     killed with SIGKILL at a drawn update or half-way through a drawn checkpoint write, at the event the run emits
@@ -397,40 +434,10 @@ def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_pat
     user_home(home)
     before = {name: (home / name).read_bytes() for name in USER_FILES + USER_FILES_IN_RUNS}
     monkeypatch.chdir(home / "a")
-    counts = collections.Counter()
-    for i in range(60):
-        out = rng.choice([*TARGETS, *["runs/r2", "runs/r3", "runs/r4", "runs/r5", "new/deeper/run"] * 3])
-        path = str(home / out) if out else ""
-        kind = TARGETS[out] if rng.random() < 0.8 else rng.choice(["policy", "reward"])
-        flags = rng.choice([{}, {"resume": True}, {"resume": True}, {"overwrite": True}, {"overwrite": True},
-                            {"resume": True, "overwrite": True}])
-        inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
-        plan, at = rng.choice(["no kill", "kill in training", "kill in a checkpoint write"]), rng.randrange(4)
-        kill_at = {"kill in training": f"update {at}", "kill in a checkpoint write": f"checkpoint-writing {2 + 2 * (at % 2)}"}
-        events, log = tmp_path / f"events-{i}", tmp_path / f"log-{i}"
-        killed = []
-
-        def act(event: str) -> None:
-            if event == kill_at.get(plan) and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(event)
-
-        pid = os.fork()
-        if pid == 0:
-            forked_run(path, kind, inputs, flags, events, log)
-        code, seen = drive(pid, events, act)
-        output = log.read_text()
-        if killed:
-            assert code == -signal.SIGKILL, output
-            counts[f"killed: {plan[5:]}"] += 1
-        else:
-            assert code in (0, 3), f"{out} {kind} {flags}: exit {code}\n{output}"
-            counts["refused" if code == 3 else "ran to the end"] += 1
-        counts["cleared a run (--overwrite, or an unfinished reward run)"] += "deleting the" in output
-        counts["resumed from a checkpoint"] += "resume: continuing from" in output
+    counts = collections.Counter(what for i in range(90) for what in random_run(rng, home, tmp_path / f"run-{i}"))
     print("\n".join(f"{n:3d} {what}" for what, n in sorted(counts.items())))
-    assert counts["killed: in training"] >= 3 and counts["killed: in a checkpoint write"] >= 3, counts
-    assert counts["cleared a run (--overwrite, or an unfinished reward run)"] >= 3 and counts["refused"] >= 10, counts
+    assert counts["killed: in training"] >= 5 and counts["killed: in a checkpoint write"] >= 3, counts
+    assert counts[CLEARED] >= 5 and counts["refused"] >= 10, counts
     after = snapshot(home)
     assert {k: after.get(k) for k in before} == before
 
