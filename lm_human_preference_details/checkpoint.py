@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import os
 import random
 import shutil
+import signal
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -26,6 +28,7 @@ from torch import nn
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path, disk_full
 
+EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
@@ -113,6 +116,18 @@ def check_same_run(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None
                         "options, or --overwrite to start again")
 
 
+# ----------------------------------------------------------------------------------------------- tests' hook
+def event(text: str) -> None:
+    """Tests' hook, off unless $LMHP_TEST_EVENTS names a file: append ``text`` ("update N", "checkpoint-writing N") to
+    it as a line, then stop this process (SIGSTOP) until the test continues it (SIGCONT). A test (tests/test_run.py)
+    thus kills, stops or races a run at exactly that point, never after a guessed time."""
+    path = os.environ.get(EVENTS)
+    if path:
+        with open(path, "a") as f:
+            f.write(text + "\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 # ----------------------------------------------------------------------------------------------- save and load
 def checkpoint_dir(run_dir: Path, update: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"update_{update:08d}"
@@ -191,6 +206,7 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     with save_errors(run_dir, path), atomic_path(path, is_dir=True) as tmp:
         write_state(state, tmp / STATE_FILE)
         write_checksums(tmp)  # verified by load_checkpoint: a flipped bit is never resumed from
+        event(f"checkpoint-writing {update}")  # written, not yet in place: a kill here leaves only a temporary
     for old in list_checkpoints(run_dir)[:-keep]:  # only after the new one is complete
         shutil.rmtree(old, ignore_errors=True)
     return path

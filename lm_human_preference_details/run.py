@@ -47,6 +47,7 @@ from lm_human_preference_details.checkpoint import (
     BackgroundSaver,
     check_same_run,
     checkpoint_dir,
+    event,
     list_checkpoints,
     load_checkpoint,
     restore,
@@ -451,6 +452,7 @@ class Run:
         with StopSignals() as stop:
             for update in self.progress:
                 yield update
+                event(f"update {update}")  # tests' hook: off in real runs
                 stopping = self._agree_after_update(stop)
                 done = update + 1
                 saved = None

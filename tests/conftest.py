@@ -1,21 +1,51 @@
-"""Shared offline fixtures: the real GPT-2 tokenizer and tiny random GPT-2 models on disk."""
+"""Shared offline fixtures: the real GPT-2 tokenizer and tiny random GPT-2 models on disk; every test leaves the
+global random generators as it found them."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
+import random
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+@contextlib.contextmanager
+def global_generators_kept() -> Iterator[None]:
+    """Give back torch's (CPU and, once started, CUDA), numpy's and Python's global generators as they were before the
+    block, whatever it drew or seeded."""
+    states = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@pytest.fixture(autouse=True)
+def restore_global_generators():
+    """Every test: one that seeds the global generators, or draws from them, changes no other test's numbers."""
+    with global_generators_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -114,3 +144,28 @@ def server(tmp_path, monkeypatch):
 def server_max_in_flight() -> int:
     """The most requests under /slow/ that the `server` fixture served at the same time."""
     return _Handler.max_in_flight
+
+
+def drive(pid: int, events: Path, act: Callable[[str], None] = lambda event: None) -> tuple[int, list[str]]:
+    """Follow a child run started with $LMHP_TEST_EVENTS=``events`` (the run's events hook, `checkpoint.event`): each
+    time it stops at an event, call ``act(event)`` (which may signal it: SIGKILL, SIGTERM), then continue it, until it
+    ends.
+
+    -> (its exit code as subprocess gives it: -9 when killed, 128 + signal after a stop, ...; its events in order).
+    A failure here (in ``act`` too) kills the child first: no run is left stopped behind a failed test.
+    """
+    seen: list[str] = []
+    try:
+        while True:
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                return os.waitstatus_to_exitcode(status), seen
+            new = events.read_text().splitlines()[len(seen):] if events.exists() else []
+            seen += new
+            for event in new:
+                act(event)
+            os.kill(pid, signal.SIGCONT)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import drive
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
@@ -294,6 +295,22 @@ def start(argv, *extra, die_in_save=0):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "") -> tuple[int, list[str], str, str]:
+    """train_policy.py ``argv`` --resume with the run's events hook on (conftest.drive), killed (SIGKILL) at the event
+    ``kill_at`` or sent SIGTERM at ``term_at``; output in files beside ``name``. -> (exit code, events, stdout, stderr)."""
+    events = name.with_suffix(".events")
+
+    def act(event: str) -> None:
+        if event in (kill_at, term_at):
+            os.kill(proc.pid, signal.SIGKILL if event == kill_at else signal.SIGTERM)
+
+    with open(name.with_suffix(".out"), "w") as out, open(name.with_suffix(".err"), "w") as err:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "train_policy.py"), *argv, "--resume"], cwd=ROOT,
+                                env={**_env(), ckpt.EVENTS: str(events)}, stdout=out, stderr=err)
+    proc.returncode, seen = drive(proc.pid, events, act)
+    return proc.returncode, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
+
+
 def rows(run_dir):
     path = Path(run_dir) / "metrics.jsonl"
     lines = path.read_text().splitlines(keepends=True) if path.exists() else []
@@ -302,13 +319,6 @@ def rows(run_dir):
 
 def steps(run_dir):
     return [r["step"] for r in rows(run_dir)]
-
-
-def wait_for_step(proc, run_dir, step):
-    """Wait until ``run_dir`` has logged update ``step`` (polling), while ``proc`` runs."""
-    while not any(s >= step for s in steps(run_dir)):
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.02)
 
 
 def numbers(run_rows):
@@ -357,23 +367,22 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     half_written = list((run / "checkpoints").glob(".lmhp-tmp~*~update_00000004~*"))
     assert half_written and [p.name for p in list_checkpoints(run)] == ["update_00000002"]
     assert steps(run)[:4] == [0, 1, 2, 3] and steps(run) == list(range(len(steps(run))))
-    # 2. resumed from update 2, its later logs dropped; kill -9 once update 4 is logged (within an update or a save)
-    killed = start(argv, "--resume")
-    # first its resume line (it drops the killed run's later rows, which may already hold update 4), then update 4
-    assert killed.stdout.readline().strip() == f"resume: continuing from {run / 'checkpoints' / 'update_00000002'}"
-    wait_for_step(killed, run, 4)
-    killed.kill()
-    killed.wait()
+    # 2. resumed from update 2, its later logs dropped; kill -9 at its update 4 (the run stands still there)
+    code, _, out, _ = hooked_run(argv, tmp_path / "killed", kill_at="update 4")
+    assert code == -signal.SIGKILL
+    # first its resume line (it drops the killed run's later rows, which may already hold update 4)
+    assert out.splitlines()[0] == f"resume: continuing from {run / 'checkpoints' / 'update_00000002'}"
+    assert steps(run) == [0, 1, 2, 3, 4]
     assert not any(p.exists() for p in half_written) and list_checkpoints(run)
-    # 3. resumed, then SIGTERM (a preempted job): it finishes the update, saves and exits with one line
-    stopped = start(argv, "--resume")
-    wait_for_step(stopped, run, steps(run)[-1] + 1)
-    stopped.send_signal(signal.SIGTERM)
-    _, err = stopped.communicate()
-    assert stopped.returncode == 128 + signal.SIGTERM, err[-3000:]
+    # 3. resumed, then SIGTERM (a preempted job) during its first update: it finishes the update, saves and exits with
+    # one line
+    resumed_at = int(list_checkpoints(run)[-1].name.split("_")[1])
+    code, seen, _, err = hooked_run(argv, tmp_path / "stopped", term_at=f"update {resumed_at}")
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert seen[0] == f"update {resumed_at}" and resumed_at < UPDATES - 1
     line = one_error_line(err)
-    assert "stopped by SIGTERM after update" in line and "continue with --resume" in line
-    done = int(line.split("after update ")[1].split(";")[0]) + 1
+    assert f"stopped by SIGTERM after update {resumed_at}" in line and "continue with --resume" in line
+    done = resumed_at + 1
     assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".lmhp-tmp~*"))
     assert json.loads((run / "policy" / "hparams.json").read_text())["update"] == done
     # 4. resumed to the end, in this process like the uninterrupted run

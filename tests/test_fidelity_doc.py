@@ -1,4 +1,5 @@
-"""docs/FIDELITY.md names only code and tests that exist: every function, class, method and test its rule map cites."""
+"""docs/FIDELITY.md names only code and tests that exist: every function, class, method and test its rule map cites, in
+each form it writes them, and every `file.py: name` of ours in its readings."""
 
 from __future__ import annotations
 
@@ -6,26 +7,45 @@ import ast
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Optional
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATH = re.compile(r"`?((?:lm_human_preference_details/|tests/|benchmarks/)?[\w/]+\.py)`?:\s*")
+SPAN = re.compile(r"`([^`]*)`|([()])")  # a code span, or a parenthesis outside code spans
+CITED_FILE = re.compile(r"([\w/]+\.py)(?::\s*(.+))?")  # `file.py` or `file.py: name`
+PROSE_CITATION = re.compile(r"(OAI\s+)?`([\w/]+\.py): ([A-Za-z_][\w.]*)`")
+NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")  # function, class, Class.method, module-level name
 TEST = re.compile(r"(tests/\w+\.py)?::(test_\w+\*?)")
+
+
+def assigned(body: list[ast.stmt]) -> set[str]:
+    """Names that the statements of ``body`` (not those nested in them) assign."""
+    targets = [t for n in body if isinstance(n, (ast.Assign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def self_attributes(cls: ast.ClassDef) -> set[str]:
+    """Attributes that the methods of ``cls`` set on ``self``."""
+    targets = [t for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+    return {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
 
 
 @lru_cache
 def names_in(path: str) -> set[str]:
-    """Every function, class, method (as Class.method and alone) and module-level name defined in ``path``."""
+    """Every function, class and module-level name defined in ``path``, and each class's methods, class-level names and
+    attributes set on ``self`` (as Class.name and alone); a function's local variables are not among them."""
     tree = ast.parse((ROOT / path).read_text())
-    names = set()
+    names = assigned(tree.body)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-            if isinstance(node, ast.ClassDef):
-                names.update(f"{node.name}.{item.name}" for item in node.body
-                             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        if isinstance(node, ast.ClassDef):
+            members = {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            members |= assigned(node.body) | self_attributes(node)
+            names |= members | {f"{node.name}.{m}" for m in members}
     return names
 
 
@@ -39,19 +59,40 @@ def rule_rows() -> list[tuple[str, str, str]]:
     return rows
 
 
-def cited_code(cell: str) -> list[tuple[str, str]]:
-    """(file, name) for each `file.py: name, name` of a cell; parentheses are remarks and are skipped."""
-    cell = re.sub(r"\([^()]*\)", "", re.sub(r"\([^()]*\)", "", cell))  # two levels of remarks
+def package_path(path: str) -> str:
+    """A cited file as a path from the repository root: a bare module name is the package's."""
+    if path.startswith(("lm_human_preference_details/", "tests/", "benchmarks/")) or "/" in path or (ROOT / path).exists():
+        return path
+    return f"lm_human_preference_details/{path}"
+
+
+def cited_code(cell: str) -> list[tuple[Optional[str], str]]:
+    """(file, name) for every name a cell cites, in each form the doc uses: `file.py: name` in one code span,
+    `file.py` (or `file.py: name`) followed by further `name` spans, and names in parentheses, which belong to the file
+    named last inside the parentheses or else to the one named last before them. None: no file named before it."""
+    files: list[Optional[str]] = [None]  # the file named last, at each depth of parentheses
     cited = []
-    for part in cell.split(";"):
-        pieces = PATH.split(part)
-        for i in range(1, len(pieces) - 1, 2):
-            path, names = pieces[i], pieces[i + 1]
-            if not path.startswith(("lm_human_preference_details/", "tests/", "benchmarks/")) and "/" not in path \
-                    and not (ROOT / path).exists():
-                path = f"lm_human_preference_details/{path}"
-            cited += [(path, n) for n in re.findall(r"`([A-Za-z_][\w.]*)`", names)]
+    for span, paren in SPAN.findall(cell):
+        if paren == "(":
+            files.append(files[-1])
+        elif paren == ")":
+            files = files[:-1] or [None]
+        elif match := CITED_FILE.fullmatch(span):
+            files[-1] = package_path(match.group(1))
+            cited += [(files[-1], match.group(2))] if match.group(2) else []
+        else:
+            cited.append((files[-1], span))
     return cited
+
+
+def missing_code(rows: list[tuple[str, str, str]]) -> list[str]:
+    """'rule: file: name' for each cited name that its file does not define (and each span that is no citation)."""
+    missing = []
+    for rule, code, _ in rows:
+        for path, name in cited_code(code):
+            if path is None or not NAME.fullmatch(name) or not (ROOT / path).is_file() or name not in names_in(path):
+                missing.append(f"{rule}: {path}: {name}")
+    return missing
 
 
 def test_the_rule_map_has_its_rows():
@@ -60,9 +101,24 @@ def test_the_rule_map_has_its_rows():
 
 
 def test_every_cited_function_class_and_method_exists():
-    missing = [f"{rule}: {path}: {name}" for rule, code, _ in rule_rows() for path, name in cited_code(code)
-               if not (ROOT / path).exists() or name not in names_in(path)]
+    missing = missing_code(rule_rows())
     assert not missing, "docs/FIDELITY.md cites code that does not exist:\n" + "\n".join(missing)
+
+
+def readings_citations(text: str) -> list[tuple[str, str]]:
+    """(file, name) of each `file.py: name` span in the prose after the rule map (the readings, the additions), but
+    those the doc marks as the original's (`OAI` just before the span)."""
+    prose = text.split("## Readings of ambiguous points", 1)[1]
+    return [(package_path(m.group(2)), m.group(3)) for m in PROSE_CITATION.finditer(prose) if not m.group(1)]
+
+
+def test_every_code_cited_in_the_readings_exists():
+    cited = readings_citations((ROOT / "docs" / "FIDELITY.md").read_text())
+    assert len(cited) > 15  # the prose's citations are really read
+    missing = [f"{path}: {name}" for path, name in cited if not (ROOT / path).is_file() or name not in names_in(path)]
+    assert not missing, "docs/FIDELITY.md's readings cite code that does not exist:\n" + "\n".join(missing)
+    planted = "## Readings of ambiguous points\nOAI `rewards.py: get_rewards_op` and ours, `ppo.py: kl_reward`."
+    assert readings_citations(planted) == [("lm_human_preference_details/ppo.py", "kl_reward")]
 
 
 def test_every_cited_test_exists():
@@ -76,3 +132,26 @@ def test_every_cited_test_exists():
             if not found:
                 missing.append(f"{rule}: {current}::{name}")
     assert not missing, "docs/FIDELITY.md cites tests that do not exist:\n" + "\n".join(missing)
+
+
+GOOD_CELL = ("`lm_human_preference_details/ppo.py: kl_rewards`, `whiten`; `train_policy.py: train` (used by `rollout`; "
+             "GPT-2: `gpt2.py: KVCache`, `packed_hidden`), `minibatch_indices`; `model.py`: `Policy`, "
+             "`LMWithHead.lm_logits` (`n_vocab`), `last_real_indices`")
+
+
+@pytest.mark.parametrize("good, planted", [
+    ("ppo.py: kl_rewards", "ppo.py: kl_reward"),  # path and name in one span
+    ("`whiten`", "`whitened`"),  # a further span after `file.py: name`
+    ("`rollout`", "`rollouts`"),  # in parentheses, of the file named before them
+    ("`packed_hidden`", "`packed_hiddens`"),  # in parentheses, of the file named inside them
+    ("`minibatch_indices`", "`packed_hidden`"),  # after the parentheses: the file before them again (train_policy.py)
+    ("`Policy`", "`Policies`"),  # `file.py`: then names in their own spans
+    ("`n_vocab`", "`vocab_size`"),  # an attribute, in parentheses
+    ("`LMWithHead.lm_logits`", "`Policy.lm_logits`"),  # a method of the wrong class
+])
+def test_a_wrong_name_is_caught_in_every_form(good, planted):
+    """The check reads each form the doc writes citations in: a planted wrong name in any of them fails it."""
+    assert missing_code([("X1", GOOD_CELL, "")]) == []
+    assert len(cited_code(GOOD_CELL)) == 11
+    wrong = GOOD_CELL.replace(good, planted)
+    assert wrong != GOOD_CELL and len(missing_code([("X1", wrong, "")])) == 1, missing_code([("X1", wrong, "")])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lm_human_preference_details"
 
@@ -65,15 +67,61 @@ def test_every_module_says_its_job():
         assert doc and len(doc.splitlines()[0]) > 20, f"{path.name} has no docstring saying its job"
 
 
+# what tells one task from another: the run's task name and query dataset, and their values as strings
+TASK_FIELDS = {"task_name", "query_dataset"}
+
+
+def task_words() -> set[str]:
+    """Every task's name and the name of its preset's query dataset (paths left out)."""
+    from lm_human_preference_details.tasks import TASK_NAMES, get_task
+
+    datasets = {get_task(name).task.query_dataset for name in TASK_NAMES}
+    return set(TASK_NAMES) | {d for d in datasets if "/" not in d}
+
+
+def names_a_task(node: ast.AST, words: set[str]) -> bool:
+    """Whether the expression reads a task-identifying field or holds a task's (or its dataset's) name."""
+    return any((isinstance(n, ast.Name) and n.id in TASK_FIELDS) or (isinstance(n, ast.Attribute) and n.attr in TASK_FIELDS)
+               or (isinstance(n, ast.Constant) and n.value in words) for n in ast.walk(node))
+
+
+def task_branches(function: ast.FunctionDef, words: set[str]) -> list[str]:
+    """The comparisons, conditions and match subjects in ``function`` that read which task this is."""
+    tests = [n for n in ast.walk(function) if isinstance(n, ast.Compare)]
+    tests += [n.test for n in ast.walk(function) if isinstance(n, (ast.If, ast.IfExp, ast.While, ast.Assert))]
+    tests += [n.subject for n in ast.walk(function) if isinstance(n, ast.Match)]
+    return sorted({ast.unparse(t) for t in tests if names_a_task(t, words)})
+
+
+def script_train(source: str) -> ast.FunctionDef:
+    return next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "train")
+
+
 def test_the_scripts_train_has_no_task_specific_branch():
+    words = task_words()
+    assert {"sentiment", "tldr", "offline", "bookcorpus"} <= words
     for script in ("train_policy.py", "train_reward.py"):
-        source = (ROOT / script).read_text()
-        train = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "train")
+        train = script_train((ROOT / script).read_text())
         names = {n.id for n in ast.walk(train) if isinstance(n, ast.Name)} | {
             n.attr for n in ast.walk(train) if isinstance(n, ast.Attribute)}
-        assert "task_name" not in {c.left.attr for c in ast.walk(train)
-                                   if isinstance(c, ast.Compare) and isinstance(c.left, ast.Attribute)}
+        assert not task_branches(train, words), f"{script}: train() branches on the task: {task_branches(train, words)}"
         assert "offline" not in names, f"{script}: train() names the offline demo"
+
+
+@pytest.mark.parametrize("branch", [
+    "if args.task_name == 'tldr': pass",
+    "x = 1 if 'cnndm' in (args.task_name, 'x') else 2",
+    "if task.query_dataset != 'bookcorpus': pass",
+    "if name.startswith('tl') and args.task_name: pass",
+    "ok = 'sentiment' == current",
+    "match args.task.query_dataset:\n        case _: pass",
+    "while 'offline' not in seen: pass",
+])
+def test_the_task_branch_check_sees_each_form(branch):
+    planted = script_train(f"def train(args, task, name, current, seen):\n    {branch}\n")
+    assert task_branches(planted, task_words())
+    assert not task_branches(script_train("def train(args):\n    if args.ppo.lr > 0 and get_task(args.x): pass\n"),
+                             task_words())
 
 
 def test_the_readme_layout_lists_every_module():

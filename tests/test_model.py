@@ -1,6 +1,8 @@
 """FIDELITY B1-B5 (masked forward, heads, dropout, real-token sampling) and C1-C3 (sampling)."""
 
+import contextlib
 import math
+from typing import Iterator
 
 import pytest
 import torch
@@ -42,6 +44,17 @@ def policy(tiny_model_dir):
     return p
 
 
+@contextlib.contextmanager
+def packed_as(policy: Policy, packed: bool) -> Iterator[Policy]:
+    """``policy`` with ``packed`` set inside the block and its default (True) back after it, whatever happens: the
+    module's other tests share it."""
+    policy.packed = packed
+    try:
+        yield policy
+    finally:
+        policy.packed = True
+
+
 def naive_forward(lm, tokens):
     """The original's semantics done the slow way: drop the pads, run the plain LM, spread outputs back."""
     real = tokens[tokens != PAD]
@@ -75,11 +88,10 @@ def test_packed_forward_equals_the_padded_forward_with_its_gradients(policy):
     assert policy.packed
     outputs, grads = [], []
     for packed in (True, False):
-        policy.packed = packed
-        h = policy.hidden_at(tokens, read)  # [3, 3, d]
+        with packed_as(policy, packed):
+            h = policy.hidden_at(tokens, read)  # [3, 3, d]
         outputs.append(h)
         grads.append(torch.autograd.grad((h * weights).sum(), params))
-    policy.packed = True
     torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
     full = policy.hidden(tokens)  # the padded forward, every position
     torch.testing.assert_close(outputs[0][0, 1], full[0, 3], atol=1e-5, rtol=1e-5)  # B2 at a pad
@@ -148,40 +160,38 @@ def test_sampling_never_leaves_the_real_vocabulary_and_ignores_eos(tiny_model_di
 def test_sampled_logprobs_and_values_equal_a_full_forward(policy, packed):
     # C2/C3: the sampler's log-probs (temperature-scaled) and values equal those of one forward pass
     # over [context, response], including contexts with pads in the middle and at the end
-    policy.packed = packed
-    torch.manual_seed(1)
-    contexts = torch.tensor([
-        [464, 3290, PAD, PAD, 318, 13],  # pads in the middle (query padding before a suffix)
-        [40, 588, 13, PAD, PAD, PAD],  # pads at the end
-        [383, 3290, 318, 257, 1049, 13],
-    ])
-    out = policy.sample(contexts, length=6)
-    with torch.no_grad():
-        analysed = policy.analyze_responses(contexts, out["responses"])
-    torch.testing.assert_close(out["logprobs"], analysed["logprobs"], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out["values"], analysed["values"], atol=1e-5, rtol=1e-5)
-    # and against the naive unpadded forward: log_softmax(logits / T) at the predicting positions
-    for i in range(3):
-        tokens = torch.cat([contexts[i], out["responses"][i]])
-        h = naive_forward(policy.lm, tokens)[len(contexts[i]) - 1 : -1]
+    with packed_as(policy, packed):
+        torch.manual_seed(1)
+        contexts = torch.tensor([
+            [464, 3290, PAD, PAD, 318, 13],  # pads in the middle (query padding before a suffix)
+            [40, 588, 13, PAD, PAD, PAD],  # pads at the end
+            [383, 3290, 318, 257, 1049, 13],
+        ])
+        out = policy.sample(contexts, length=6)
         with torch.no_grad():
-            logits = policy.lm.get_output_embeddings()(h)[:, :50257] / 0.7
-            values = policy.head(h).squeeze(-1)
-        logprobs = F.log_softmax(logits, -1).gather(-1, out["responses"][i, :, None]).squeeze(-1)
-        torch.testing.assert_close(out["logprobs"][i], logprobs, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(out["values"][i], values, atol=1e-5, rtol=1e-5)
-    # entropies: -sum p log p of the temperature-scaled distribution
-    assert (analysed["entropies"] > 0).all() and (analysed["entropies"] <= math.log(50257) + 1e-4).all()
-    policy.packed = True
+            analysed = policy.analyze_responses(contexts, out["responses"])
+        torch.testing.assert_close(out["logprobs"], analysed["logprobs"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out["values"], analysed["values"], atol=1e-5, rtol=1e-5)
+        # and against the naive unpadded forward: log_softmax(logits / T) at the predicting positions
+        for i in range(3):
+            tokens = torch.cat([contexts[i], out["responses"][i]])
+            h = naive_forward(policy.lm, tokens)[len(contexts[i]) - 1 : -1]
+            with torch.no_grad():
+                logits = policy.lm.get_output_embeddings()(h)[:, :50257] / 0.7
+                values = policy.head(h).squeeze(-1)
+            logprobs = F.log_softmax(logits, -1).gather(-1, out["responses"][i, :, None]).squeeze(-1)
+            torch.testing.assert_close(out["logprobs"][i], logprobs, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out["values"][i], values, atol=1e-5, rtol=1e-5)
+        # entropies: -sum p log p of the temperature-scaled distribution
+        assert (analysed["entropies"] > 0).all() and (analysed["entropies"] <= math.log(50257) + 1e-4).all()
 
 
 def test_packed_and_hugging_face_samplers_draw_the_same_tokens(policy):
     contexts = torch.tensor([[464, 3290, PAD, PAD, 318, 13], [40, 588, 13, PAD, PAD, PAD]])
     outs = []
     for packed in (True, False):
-        policy.packed = packed
-        outs.append(policy.sample(contexts, length=8, generator=torch.Generator().manual_seed(3)))
-    policy.packed = True
+        with packed_as(policy, packed):
+            outs.append(policy.sample(contexts, length=8, generator=torch.Generator().manual_seed(3)))
     assert torch.equal(outs[0]["responses"], outs[1]["responses"])
     torch.testing.assert_close(outs[0]["logprobs"], outs[1]["logprobs"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outs[0]["values"], outs[1]["values"], atol=1e-5, rtol=1e-5)

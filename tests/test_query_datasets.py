@@ -7,6 +7,7 @@ import json
 import random
 
 import pytest
+from conftest import server_max_in_flight
 
 from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError
@@ -205,9 +206,10 @@ def test_cnndm_source_reads_stories_from_a_local_dir(tmp_path, monkeypatch):
 
 def test_cnndm_stories_come_from_openais_container_concurrently(server, tmp_path, monkeypatch):
     base, www, requests = server
+    www = www / "slow"  # the server holds each request under /slow/ a while and counts those in flight
     monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.delenv("LMHP_CNNDM_STORIES", raising=False)
-    oai = f"{base}/lm-human-preferences"
+    oai = f"{base}/slow/lm-human-preferences"
     monkeypatch.setattr(query_datasets, "OAI_URL", oai)
     urls = [f"http://www.cnn.com/story/{i}.html" for i in range(3)] + ["http://www.dailymail.co.uk/news/x.html"]
     (www / "lm-human-preferences/datasets/cnndm/url_lists").mkdir(parents=True)
@@ -222,7 +224,8 @@ def test_cnndm_stories_come_from_openais_container_concurrently(server, tmp_path
     texts = list(query_datasets.cnndm_texts("valid", seed=0))
     assert texts == [f"Article {urls.index(u)}." for u in seeded_shuffle(urls, 0)]
     story_requests = sorted(r for r in requests if "/cache_val/" in r)
-    assert story_requests == sorted(f"/lm-human-preferences/datasets/cnndm/cache_val/{cnndm_story_path(u)}" for u in urls)
+    assert story_requests == sorted(f"/slow/lm-human-preferences/datasets/cnndm/cache_val/{cnndm_story_path(u)}" for u in urls)
+    assert server_max_in_flight() >= 2  # the stories were downloaded several at a time
     assert list(query_datasets.cnndm_texts("valid", seed=0)) == texts
     assert len(requests) == 5  # the url list and four stories, each once: the second pass read the cache
     (www / "lm-human-preferences/datasets/cnndm/cache_val" / cnndm_story_path(urls[0])).unlink()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -11,11 +12,13 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import drive
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.cli import UserError
@@ -33,7 +36,7 @@ def run_args(out, **kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def fake_train(out, kind="policy", updates=3, inputs=(), die_at=None, **kw) -> None:
+def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
     """What both scripts do with a Run, on a one-layer model: enter, start, loop with logs and saves."""
     layer = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
@@ -43,8 +46,6 @@ def fake_train(out, kind="policy", updates=3, inputs=(), die_at=None, **kw) -> N
         objects = {"layer": layer, "optimizer": optimizer} if kind == "policy" else {}
         first = run.start({"seed": 1}, objects)
         for update in run.updates(first, updates, kind):
-            if die_at == update:
-                os.kill(os.getpid(), signal.SIGKILL)
             optimizer.zero_grad()
             layer(torch.ones(1, 2)).sum().backward()
             optimizer.step()
@@ -321,61 +322,122 @@ def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
             assets / "queries.txt", "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
             "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        while not (out / MARKER).exists():
-            assert first.poll() is None, first.communicate()[1][-3000:]
-            time.sleep(0.05)
-        refused(script("train_reward.py", *argv, "--resume"), "is in use by a live run")
-    finally:
-        _, err = first.communicate(timeout=300)
-    assert first.returncode == 0, err[-3000:]
+    events = tmp_path / "events"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), ckpt.EVENTS: str(events)}
+    with open(tmp_path / "first.out", "w") as stdout, open(tmp_path / "first.err", "w") as stderr:
+        first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
+                                 stdout=stdout, stderr=stderr)
+    second = []
+
+    def race(event: str) -> None:  # the first run holds the directory and stands still at its first batch
+        if not second:
+            second.append(script("train_reward.py", *argv, "--resume"))
+
+    code, seen = drive(first.pid, events, race)
+    first.returncode = code  # drive reaped it
+    assert code == 0, (tmp_path / "first.err").read_text()[-3000:]
+    assert seen[0] == "update 0" and len(second) == 1
+    refused(second[0], "is in use by a live run")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train_reward/minibatch/loss" in r] == list(range(8))  # one run's rows only
 
 
 # ------------------------------------------------------------------------------------------------ randomized
+USER_FILES = ["notes.txt", "config.json", "metrics.jsonl", ".z.tmp-3", "a/data.json", "a/b/.q.old-9", "models/m/weights.bin",
+              "runs/README"]
+# user files inside run directories (beside a run's entries, and in a policy run's own reward run)
+USER_FILES_IN_RUNS = ["runs/r2/notes.md", "runs/r2/analysis/plot.py", "runs/r2/.draft.tmp-1", "runs/r3/reward/mine.txt",
+                      "runs/r3/todo.txt", "runs/r4/notes.txt"]
+# where runs are sent (the user's own directories too), and the kind of run each one mostly gets
+TARGETS = {"": "policy", ".": "reward", "a": "policy", "a/b": "reward", "models/m": "policy", "runs": "policy",
+           "runs/r1": "policy", "runs/r1/reward": "reward", "new/deeper/run": "policy", "runs/r3/reward": "reward",
+           "runs/r2": "policy", "runs/r3": "policy", "runs/r4": "reward", "runs/r5": "policy"}
+
+
+def user_home(home: Path) -> None:
+    """A user's tree: files of their own, three runs (r2 and r3 policy runs, r3 with its own reward run, r4 a reward run)
+    and the user's files inside them."""
+    for i, name in enumerate(USER_FILES):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(f"user file {i}: ".encode() + os.urandom(16))
+    fake_train(home / "runs/r2", "policy")
+    fake_train(home / "runs/r3", "policy")
+    fake_train(home / "runs/r3/reward", "reward")
+    fake_train(home / "runs/r4", "reward")
+    for i, name in enumerate(USER_FILES_IN_RUNS):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(f"user file in a run {i}: ".encode() + os.urandom(16))
+
+
+def forked_run(path: str, kind: str, inputs: list[str], flags: dict, events: Path, log: Path) -> None:
+    """In a forked child: `fake_train` with the events hook on, its output to ``log``; exit 0 when it ran (or reused a
+    finished run), 3 when it was refused (the error in the log), 1 on anything else (the traceback in the log)."""
+    code = 1
+    try:
+        os.environ[ckpt.EVENTS] = str(events)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        fake_train(path, kind, updates=4, inputs=inputs, **flags)
+        code = 0
+    except UserError as e:
+        print(f"error: {e}")
+        code = 3
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
+CLEARED, RESUMED = "cleared a run (--overwrite, or an unfinished reward run)", "resumed from a checkpoint"
+
+
+def random_run(rng: random.Random, home: Path, work: Path) -> list[str]:
+    """Draw a run (where, which kind, flags, inputs) and whether to SIGKILL it at an update or in a checkpoint write;
+    run it in a forked child, kill it at that event if it comes, and check how it ended. -> what it did."""
+    out = rng.choice([*TARGETS, *["runs/r2", "runs/r3", "runs/r4", "runs/r5", "new/deeper/run"] * 3])
+    kind = TARGETS[out] if rng.random() < 0.8 else rng.choice(["policy", "reward"])
+    flags = rng.choice([{}, {"resume": True}, {"resume": True}, {"overwrite": True}, {"overwrite": True},
+                        {"resume": True, "overwrite": True}])
+    inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
+    plan, at = rng.choice(["no kill", "kill in training", "kill in a checkpoint write"]), rng.randrange(4)
+    # the first event of the drawn kind from a drawn update on (4 updates, a checkpoint after updates 2 and 4)
+    kill_from = {"kill in training": ("update", at), "kill in a checkpoint write": ("checkpoint-writing", 2 + 2 * (at % 2))}
+    killed = []
+
+    def act(event: str) -> None:
+        name, number = event.split()
+        if plan in kill_from and not killed and name == kill_from[plan][0] and int(number) >= kill_from[plan][1]:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(event)
+
+    events, log = work.with_suffix(".events"), work.with_suffix(".log")
+    pid = os.fork()
+    if pid == 0:
+        forked_run(str(home / out) if out else "", kind, inputs, flags, events, log)
+    code, _ = drive(pid, events, act)
+    output = log.read_text()
+    if killed:
+        assert code == -signal.SIGKILL, output
+        done = [f"killed: {plan[5:]}"]
+    else:
+        assert code in (0, 3), f"{out} {kind} {flags}: exit {code}\n{output}"
+        done = ["refused" if code == 3 else "ran to the end"]
+    return done + [CLEARED] * ("deleting the" in output) + [RESUMED] * ("resume: continuing from" in output)
+
+
 def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_path, monkeypatch):
-    """Runs of both kinds, with every flag, into and around a tree of user files, some killed with SIGKILL at a random
-    update or half-way through a checkpoint; afterwards every user file is there with its bytes."""
+    """Runs of both kinds, with every flag, into and around a tree of user files and runs holding user files; some are
+    killed with SIGKILL at a drawn update or half-way through a drawn checkpoint write, at the event the run emits
+    there. Every child ends as drawn, and afterwards every user file is there with its bytes."""
     rng = random.Random(20261124)
     home = tmp_path / "home"
-    for d in ("", "a", "a/b", "models/m", "runs"):
-        (home / d).mkdir(parents=True, exist_ok=True)
-    user_files = ["notes.txt", "config.json", "metrics.jsonl", ".z.tmp-3", "a/data.json", "a/b/.q.old-9",
-                  "models/m/weights.bin", "runs/README"]
-    for i, name in enumerate(user_files):
-        (home / name).write_bytes(f"user file {i}: ".encode() + os.urandom(16))
-    before = snapshot(home)
-    targets = ["", ".", "a", "a/b", "models/m", "runs/r1", "runs/r1/reward", "new/deeper/run"] + ["runs/r2", "runs/r3"] * 3
+    user_home(home)
+    before = {name: (home / name).read_bytes() for name in USER_FILES + USER_FILES_IN_RUNS}
     monkeypatch.chdir(home / "a")
-    for _ in range(50):
-        out = rng.choice(targets)
-        path = str(home / out) if out else ""
-        kind = rng.choice(["policy", "reward"])
-        flags = rng.choice([{}, {}, {"resume": True}, {"resume": True}, {"overwrite": True},
-                            {"resume": True, "overwrite": True}])
-        inputs = [str(home / "models/m"), str(home / "a/data.json"), rng.choice(["gpt2", str(home / "runs/r1")])]
-        kill = rng.random() < 0.3
-        pid = os.fork() if kill else 0
-        if pid == 0:
-            try:
-                die_at = rng.randrange(4) if kill else None
-                if kill and rng.random() < 0.5:  # or half-way through a checkpoint's file
-                    def die(state, where):
-                        where.write_bytes(b"half")
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    monkeypatch.setattr(ckpt, "write_state", die)
-                fake_train(path, kind, updates=4, inputs=inputs, die_at=die_at, **flags)
-            except UserError:
-                pass
-            finally:
-                if kill:
-                    os._exit(0)
-        else:
-            os.waitpid(pid, 0)
+    counts = collections.Counter(what for i in range(90) for what in random_run(rng, home, tmp_path / f"run-{i}"))
+    print("\n".join(f"{n:3d} {what}" for what, n in sorted(counts.items())))
+    assert counts["killed: in training"] >= 5 and counts["killed: in a checkpoint write"] >= 3, counts
+    assert counts[CLEARED] >= 5 and counts["refused"] >= 10, counts
     after = snapshot(home)
     assert {k: after.get(k) for k in before} == before
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
 from lm_human_preference_details.tokenizer import load_tokenizer
 
+ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_VOCAB = 40  # the fixture's tiny vocabulary (tests/fixtures/make_oai_checkpoint.py)
 TASK = ["--task.query-length", "16", "--task.response-length", "8", "--task.truncate-after", "2",
         "--task.temperature", "1.0"]
@@ -118,13 +120,18 @@ def test_scores_follow_truncation_and_rejection(assets, saved, tmp_path):
 
 def test_bad_input_is_one_line(assets, saved, tmp_path):
     with pytest.raises(UserError, match="must be positive"):
-        run(assets, tmp_path, "--policy", str(saved["base"]), "--num-queries", "0")
+        run(assets, tmp_path / "in-process", "--policy", str(saved["base"]), "--num-queries", "0")
+    assert not (tmp_path / "in-process").exists()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
     result = subprocess.run([sys.executable, "-m", "lm_human_preference_details.sample", "--policy",
-                             str(tmp_path / "missing"), "--task.query-dataset", str(assets / "queries.txt")],
-                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
-    assert result.returncode != 0
+                             str(tmp_path / "missing"), "--task.query-dataset", str(assets / "queries.txt"),
+                             "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("error: ")
-    assert not (tmp_path / "out").exists()
+    assert str(tmp_path / "missing") in result.stderr
+    assert not (tmp_path / "out").exists() and not any(cwd.iterdir())
 
 
 def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):

@@ -51,14 +51,16 @@ with open(f"{spec['dir']}/codes.json", "w") as f:
 
 
 def run_cases(script, cases, workdir, env_extra=None):
-    """Run ``script`` once per (argv, env) in ``cases`` -> a CompletedProcess each, as `run` gives (see FORK_RUNNER)."""
+    """Run ``script`` once per (argv, env) in ``cases``, in the empty working directory workdir/cwd -> a CompletedProcess
+    each, as `run` gives (see FORK_RUNNER)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "cwd").mkdir(exist_ok=True)
     spec = {"module": Path(script).stem, "script": str(ROOT / script), "dir": str(workdir),
             "cases": [([str(a) for a in argv], env) for argv, env in cases]}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": str(ROOT), **(env_extra or {})}
     runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
-                            cwd=ROOT, env=env, timeout=600)
+                            cwd=workdir / "cwd", env=env, timeout=600)
     assert runner.returncode == 0, runner.stderr[-3000:]
     codes = json.loads((workdir / "codes.json").read_text())
     return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
@@ -154,13 +156,15 @@ def bad_inputs(assets, tmp_path_factory):
     return d
 
 
-def assert_one_line_error(result, message, out):
-    """Exit status != 0, exactly one line on stderr, `error: ...` with ``message``, no traceback, nothing written."""
+def assert_one_line_error(result, message, out, cwd):
+    """Exit status 2, exactly one line on stderr, `error: ...` with ``message``, no traceback; nothing written: ``out``
+    (the run's directory) does not exist, not even empty, and the working directory ``cwd`` is as empty as it was."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode != 0 and len(lines) == 1, result.stderr[-3000:]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith("error: ") and message in lines[0], lines[0]
-    assert "Traceback" not in result.stderr
-    assert not out.exists() or not any(out.iterdir()), sorted(out.rglob("*"))
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not out.exists(), sorted(out.rglob("*"))
+    assert not any(cwd.iterdir()), sorted(cwd.iterdir())
 
 
 # the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries
@@ -231,7 +235,7 @@ def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_reward_bad_input_is_one_line_and_writes_nothing(reward_bad_runs, assets, bad_inputs, change, message, request):
     work, results = reward_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key)
+    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "runner" / "cwd")
     assert "delete it to download it again" not in results[key].stderr  # never said of the user's own file
 
 
@@ -240,9 +244,9 @@ def test_malformed_label_file(assets, tmp_path):
     records = json.loads((assets / "labels.json").read_text())
     records[5]["best"] = 7
     bad.write_text(json.dumps(records))
-    result = run("train_reward.py", *reward_args(assets, tmp_path / "run"), "--labels.source", bad)
-    assert result.returncode == 2 and f"label file {bad}, record 5: field 'best'" in result.stderr
-    assert "Traceback" not in result.stderr
+    (tmp_path / "cwd").mkdir()
+    result = run("train_reward.py", *reward_args(assets, tmp_path / "run"), "--labels.source", bad, cwd=tmp_path / "cwd")
+    assert_one_line_error(result, f"label file {bad}, record 5: field 'best'", tmp_path / "run", tmp_path / "cwd")
 
 
 # ------------------------------------------------------------------------------------ train_policy.py
@@ -331,13 +335,6 @@ def test_reference_model_never_changes(assets, reward_run, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(out["policy"].lm.parameters(), base.parameters()))
 
 
-def _one_line_error(result, message):
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
-
-
 POLICY_CASES = [
     pytest.param(["--ppo.batch-size", 0], "--ppo.batch-size is 0", id="ppo-batch-size-0"),
     pytest.param(["--ppo.nminibatches", 0], "--ppo.nminibatches is 0", id="nminibatches-0"),
@@ -380,7 +377,7 @@ def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_policy_bad_input(policy_bad_runs, bad_inputs, change, message, request):
     work, results = policy_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key)
+    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key, work / "runner" / "cwd")
     if key == "reward-model-without-weights":  # its own files are missing, not the base model's
         assert "pass --base-model" not in results[key].stderr
 
@@ -393,13 +390,17 @@ def test_policy_rejects_corrupt_or_foreign_reward_models(assets, reward_run, tmp
     corrupt = tmp_path / "corrupt"
     shutil.copytree(reward_run / "reward_model", corrupt)
     (corrupt / "head.pt").write_bytes(b"not a checkpoint")
-    _one_line_error(run("train_policy.py", *policy_args(assets, corrupt, tmp_path / "a")), "is corrupt")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = run("train_policy.py", *policy_args(assets, corrupt, tmp_path / "a"), cwd=cwd)
+    assert_one_line_error(result, "is corrupt", tmp_path / "a", cwd)
     foreign = tmp_path / "foreign"
     shutil.copytree(reward_run / "reward_model", foreign)
     tokenizer = load_tokenizer(str(foreign))
     tokenizer.add_tokens(["<extra>"])
     tokenizer.save_pretrained(foreign)
-    _one_line_error(run("train_policy.py", *policy_args(assets, foreign, tmp_path / "b")), "another tokenizer")
+    result = run("train_policy.py", *policy_args(assets, foreign, tmp_path / "b"), cwd=cwd)
+    assert_one_line_error(result, "another tokenizer", tmp_path / "b", cwd)
 
 
 def test_combined_run_with_label_file_queries(assets, tmp_path):
