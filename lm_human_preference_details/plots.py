@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +154,11 @@ def comparison_figure(panels: list[Panel], columns: int):
         ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def draw_curves(run_dir: Path) -> None:
+    """RUN/curves.png (plots.write_run_curves); a picture that cannot be drawn is a warning, never the end of a run."""
+    try:
+        write_run_curves(run_dir)
+    except Exception as e:  # matplotlib's errors are many; the checkpoint beside it is what matters
+        print(f"warning: {run_dir / 'curves.png'} not drawn ({type(e).__name__}: {e}); training goes on", file=sys.stderr)

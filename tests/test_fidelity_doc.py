@@ -60,8 +60,9 @@ def rule_rows() -> list[tuple[str, str, str]]:
 
 
 def package_path(path: str) -> str:
-    """A cited file as a path from the repository root: a bare module name is the package's."""
-    if path.startswith(("lm_human_preference_details/", "tests/", "benchmarks/")) or "/" in path or (ROOT / path).exists():
+    """A cited file as a path from the repository root: a module named from inside the package (`ppo.py`,
+    `queries/samplers.py`) is the package's."""
+    if path.startswith(("lm_human_preference_details/", "tests/", "benchmarks/")) or (ROOT / path).exists():
         return path
     return f"lm_human_preference_details/{path}"
 
@@ -134,14 +135,14 @@ def test_every_cited_test_exists():
     assert not missing, "docs/FIDELITY.md cites tests that do not exist:\n" + "\n".join(missing)
 
 
-GOOD_CELL = ("`lm_human_preference_details/ppo.py: kl_rewards`, `whiten`; `train_policy.py: train` (used by `rollout`; "
-             "GPT-2: `gpt2.py: KVCache`, `packed_hidden`), `minibatch_indices`; `model.py`: `Policy`, "
+GOOD_CELL = ("`lm_human_preference_details/ppo.py: kl_rewards`, `whiten_in_groups`; `train_policy.py: train` "
+             "(used by `rollout`; GPT-2: `gpt2.py: KVCache`, `packed_hidden`), `minibatch_indices`; `model.py`: `Policy`, "
              "`LMWithHead.lm_logits` (`n_vocab`), `last_real_indices`")
 
 
 @pytest.mark.parametrize("good, planted", [
     ("ppo.py: kl_rewards", "ppo.py: kl_reward"),  # path and name in one span
-    ("`whiten`", "`whitened`"),  # a further span after `file.py: name`
+    ("`whiten_in_groups`", "`whitened_in_groups`"),  # a further span after `file.py: name`
     ("`rollout`", "`rollouts`"),  # in parentheses, of the file named before them
     ("`packed_hidden`", "`packed_hiddens`"),  # in parentheses, of the file named inside them
     ("`minibatch_indices`", "`packed_hidden`"),  # after the parentheses: the file before them again (train_policy.py)

@@ -19,7 +19,8 @@ from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.cli import UserError, run_main
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import LOCK, MARKER, Run, read_marker
+from lm_human_preference_details.run import Run
+from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}

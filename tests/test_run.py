@@ -24,7 +24,8 @@ from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import LOCK, MARKER, Run, Stopped, StopSignals, read_marker
+from lm_human_preference_details.run import Run, Stopped, StopSignals
+from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -443,12 +444,12 @@ def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_pat
 
 
 def test_curves_that_cannot_be_drawn_are_a_warning_not_the_end_of_the_run(tmp_path, monkeypatch, capsys):
-    import lm_human_preference_details.run as run_module
+    import lm_human_preference_details.plots as plots
 
     def broken(run_dir):
         raise ValueError("no metrics yet")
 
-    monkeypatch.setattr(run_module, "write_run_curves", broken)
-    run_module.draw_curves(tmp_path)  # returns: the checkpoint beside it is written all the same
+    monkeypatch.setattr(plots, "write_run_curves", broken)
+    plots.draw_curves(tmp_path)  # returns: the checkpoint beside it is written all the same
     err = capsys.readouterr().err.splitlines()
     assert err == [f"warning: {tmp_path / 'curves.png'} not drawn (ValueError: no metrics yet); training goes on"]

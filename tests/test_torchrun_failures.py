@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_human_preference_details.run import LOCK, MARKER
+from lm_human_preference_details.run_dir import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 
