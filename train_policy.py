@@ -273,11 +273,11 @@ def rollout(policy: Policy, ref_policy: Policy, reward_model: RewardModel, queri
     uniforms = ranks.draws.uniforms(len(queries) // len(ranks.held), task.response_length)  # [b, response_length]
     chunks = []
     for mb in ranks.row_slices(len(queries), args.micro_batches):  # each rank's rows alone with --exact-ranks
-        # 1. C1/C2: the sampling pass gives responses, their log-probs and values
+        # 1. C1 plain sampling, C2 rollout log-probs and values: the sampling pass gives responses, their log-probs and values
         sampled = policy.sample(contexts[mb], task.response_length, uniforms=uniforms[mb])
-        # 2. C3: reference log-probs of the same raw responses under the frozen initial model
+        # 2. C3 scoring slice: reference log-probs of the same raw responses under the frozen initial model
         ref_logprobs = ref_policy.analyze_responses(contexts[mb], sampled["responses"])["logprobs"]
-        # 3. E2: truncate, score [query, truncated response], reject responses without a truncate token
+        # 3. E2 truncate and score: truncate, score [query, truncated response], reject responses without a truncate token
         postprocessed = truncate_responses(sampled["responses"], task.truncate_token, task.truncate_after, policy.pad_id)
         scores = reward_model.score(queries[mb], postprocessed)
         scores = apply_rejection(scores, responses_pass_filter(postprocessed, task.truncate_token, task.truncate_after),
@@ -435,9 +435,9 @@ def train(args: Args) -> dict:
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
         policy, ref_policy = initial_policies(args, tokenizer.pad_token_id, ranks)
-        optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5
+        optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5 TF-1 Adam
         kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
-                  if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4
+                  if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4 KL controller
         # E9 per-rank seeds: rank r's block of every batch (its whitening group) comes from rank r's own query stream
         sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
                                      num_ranks=args.num_ranks, ranks=ranks.held,
@@ -468,7 +468,7 @@ def train(args: Args) -> dict:
             train_stats = ppo_epochs(policy, optimizer, data, args, ranks)  # 5. PPO epochs (autocast in each pass)
             check_finite(f"update {update}", scores=data["scores"], kl=data["kl"],
                          rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
-            # 6. log, adapt kl_coef (E4, after the update, from the logged batch KL), save
+            # 6. log, adapt kl_coef (E4 KL controller, after the update, from the logged batch KL), save
             now = time.time()
             stats = update_stats(data, train_stats, kl_coef, update, args, run.elapsed, now - last, ranks, task, tokenizer)
             stats["ppo/ppo/lr"] = lr

@@ -133,7 +133,7 @@ def build_args(task_name: str) -> Args:
 
 
 def best_of_n_loss(rewards: torch.Tensor, best: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[b, N] rewards, [b] best index -> (softmax cross-entropy loss, accuracy of the argmax) (FIDELITY D2)."""
+    """[b, N] rewards, [b] best index -> (softmax cross-entropy loss, accuracy of the argmax) (FIDELITY D2 best-of-N loss)."""
     # OAI lm_human_preferences/label_types.py: PickBest.loss (which logs this same loss as "error" too)
     loss = F.cross_entropy(rewards, best)
     accuracy = (rewards.argmax(dim=1) == best).float().mean()  # not in the original: an extra metric
@@ -150,7 +150,8 @@ def rewards_of_labels(reward_model: RewardModel, queries: torch.Tensor, samples:
 @torch.no_grad()
 def reward_stats(reward_model: RewardModel, policy: Policy, sampler: Iterator[torch.Tensor], args: Args, n_samples: int,
                  prefix: list[int], suffix: list[int], ranks: Ranks) -> tuple[float, float]:
-    """Mean and population std of rewards of full-length initial-policy samples over all ranks (FIDELITY D6)."""
+    """Mean and population std of rewards of full-length initial-policy samples over all ranks (FIDELITY D6 normalize
+    before)."""
     # OAI lm_human_preferences/train_reward.py: sample_policy_responses uses ceil(n / rollout_batch_size) batches
     rewards = []  # [blocks, rows] per batch: each rank's rewards apart with --exact-ranks
     n_batches = math.ceil(n_samples / args.rollout_batch_size)
@@ -174,7 +175,8 @@ def reward_stats(reward_model: RewardModel, policy: Policy, sampler: Iterator[to
 
 
 def normalize(reward_model: RewardModel, stats_fn, args: Args, target_mean: float, target_std: float) -> dict[str, float]:
-    """Set gain and bias so rewards on policy samples have the target mean and std (FIDELITY D6, D7)."""
+    """Set gain and bias so rewards on policy samples have the target mean and std (FIDELITY D6 normalize before, D7 normalize
+    after)."""
     # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.normalize
     reward_model.reset_reward_scale()
     mean, std = stats_fn(args.normalize_samples)
@@ -193,7 +195,7 @@ def normalize_and_log(reward_model: RewardModel, stats_fn, args: Args, run: Run,
 
 
 def split_labels(args: Args, path: Path, pad_id: int) -> tuple[dict, dict, int]:
-    """OpenAI's label file (FIDELITY A2 label pads: 50259 -> ours) -> (the first num_train labels, the held-out ones
+    """OpenAI's label file (FIDELITY A2 OAI pad remap: 50259 -> ours) -> (the first num_train labels, the held-out ones
     after them, the file's count)."""
     labels = load_best_of_n_labels(path, n=args.label_n, query_length=args.task.query_length,
                                    response_length=args.task.response_length, pad_id=pad_id)
@@ -247,7 +249,7 @@ def train(args: Args) -> Path:
     with Run(args, "reward", inputs=[args.base_model, args.labels.source, args.task.query_dataset], ranks=ranks) as run:
         if run.finished:
             return run.dir / "reward_model"
-        # 1. labels: OpenAI's schema, pads 50259 mapped to ours (FIDELITY A2)
+        # 1. labels: OpenAI's schema, pads 50259 mapped to ours (FIDELITY A2 OAI pad remap)
         with ranks.main_first():  # process 0 builds or downloads into the cache, the others read it
             get_task(args.task_name).prepare()
             label_path = fetch_oai(args.labels.source)
@@ -278,7 +280,7 @@ def train(args: Args) -> Path:
         if args.normalize_before:
             normalize_and_log(reward_model, stats_fn, args, run, "normalize_before", step=0)
 
-        # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3)
+        # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3 one epoch)
         optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
         permutation = torch.from_numpy(ranks.draws.shared_permutation(args.labels.num_train))
         for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
@@ -292,7 +294,8 @@ def train(args: Args) -> Path:
             def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
                 return label_loss(reward_model, train_labels, indices[rows], device)
 
-            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)  # E10
+            # E10 gradient averaging
+            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)
             optimizer.step()
             # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
             loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()
@@ -302,11 +305,11 @@ def train(args: Args) -> Path:
 
         results = heldout_results(run, reward_model, eval_labels, args, device, step=n_batches)
 
-        # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7)
+        # 4. normalise after training to mean 0, std 1, so kl_coef keeps its meaning (FIDELITY D7 normalize after)
         if args.normalize_after:
             normalize_and_log(reward_model, stats_fn, args, run, "normalize_after", step=n_batches)
 
-        # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8); never a non-finite model
+        # 5. save: Hugging Face LM + head, gain, bias + hparams (FIDELITY D8 saved gain and bias); never a non-finite model
         check_finite("the end of reward model training", weights=reward_model)
         save_dir = run.save_model("reward_model", reward_model, {**config, "results": results})
         run.print(f"saved reward model to {save_dir}")

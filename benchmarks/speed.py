@@ -73,7 +73,7 @@ from lm_human_preference_details.ppo import (  # noqa: E402
 from lm_human_preference_details.ranks import Ranks  # noqa: E402
 from lm_human_preference_details.tokenizer import N_VOCAB  # noqa: E402
 
-PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1)
+PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1 plain-text tokens)
 SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
     "tiny": dict(n_layer=2, n_embd=128, n_head=2, n_positions=256),
     "124m": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024),  # GPT2Config's defaults = GPT-2 124M
@@ -100,7 +100,7 @@ def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def generate_kwargs(response_length: int, temperature: float, pad_id: int) -> dict:
-    """`lm.generate` arguments for exactly response_length plain samples at a temperature (FIDELITY C1)."""
+    """`lm.generate` arguments for exactly response_length plain samples at a temperature (FIDELITY C1 plain sampling)."""
     # eos_token_id=None: EOS may be sampled and does not stop sampling. With GPT-2's EOS left in place,
     # min_new_tokens would mask EOS to -inf until the last token: a different distribution from the original's.
     return dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=response_length,
@@ -126,7 +126,7 @@ def straightforward_analyze(policy: Policy, contexts: torch.Tensor, attention_ma
     logits = out.logits[..., : policy.n_vocab].float() / policy.temperature  # [b, c + r, V] at every position
     all_logprobs = F.log_softmax(logits, dim=-1)  # [b, c + r, V]
     logprobs = torch.gather(all_logprobs[:, c - 1 : -1], 2, responses.unsqueeze(-1)).squeeze(-1)  # [b, r]
-    with torch.no_grad():  # logged only: no entropy bonus (FIDELITY E7)
+    with torch.no_grad():  # logged only: no entropy bonus (FIDELITY E7 policy loss)
         lp = all_logprobs[:, c - 1 : -1]  # [b, r, V]
         entropies = -(lp.exp() * lp).sum(-1)  # [b, r]
     values = policy.head(out.hidden_states[-1][:, c - 1 : -1]).squeeze(-1).float()  # [b, r]
@@ -315,7 +315,8 @@ def benchmark_args(batch_size: int, micro_batch_sequences: int, bf16: bool = Fal
 
 
 def make_queries(batch_size: int, query_length: int) -> torch.Tensor:
-    """[batch_size, query_length] sentiment-style queries (A4: after the first '.', up to the last '.', right-padded)."""
+    """[batch_size, query_length] sentiment-style queries (A4 query processing: after the first '.', up to the last '.',
+    right-padded)."""
     from lm_human_preference_details.offline import corpus, gpt2_tokenizer
     from lm_human_preference_details.queries import process_query
 

@@ -1,11 +1,12 @@
 """GPT-2's forward pass over the real tokens only: the original's masked semantics without computing pads.
 
-Under OAI `language/model.py` (FIDELITY B1/B2) a pad is never attended to, does not advance positions,
+Under OAI `language/model.py` (FIDELITY B1 pad mask and positions, B2 last real token) a pad is never attended to, does not
+advance positions,
 and its own output is a copy of the last real token's. So a pad changes nothing, and computing it is
 waste: queries are right-padded to 64 tokens (16% of the positions in benchmarks/speed.py). Here the linear layers,
 layer norms and MLPs (nearly all the work) run on the real tokens of the batch packed into one
 [n_real, d] matrix. Attention puts them back into a [batch, longest, d] layout with each sequence's
-real tokens left-aligned: a real token's column there is its position id (B1's exclusive cumsum), so
+real tokens left-aligned: a real token's column there is its position id (B1 pad mask and positions: the exclusive cumsum), so
 plain causal attention over that layout is exactly the original's masked attention. The last block
 computes its attention output and MLP only at the rows whose outputs are read (its keys and values
 still come from every real token). Same numbers as the padded Hugging Face forward within float
@@ -79,7 +80,8 @@ def packed_hidden(base: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, 
     longest = int(mask.sum(1).max())
     real = mask.reshape(-1).nonzero().squeeze(1)  # [n] flat indices of the real tokens, in order
     seq = real // t  # [n] the sequence of each real token
-    columns = positions.reshape(-1)[real]  # [n] its column in the left-aligned layout = its position id (B1)
+    # [n] its column in the left-aligned layout = its position id (B1 pad mask and positions)
+    columns = positions.reshape(-1)[real]
     slots = seq * longest + columns  # [n] its row in the [b * longest] left-aligned layout
     x = F.embedding(input_ids.reshape(-1)[real], base.wte.weight) + F.embedding(columns, base.wpe.weight)  # [n, d]
     packed_row = torch.cumsum(mask.reshape(-1).long(), 0) - 1  # [b * t] packed row of each real position

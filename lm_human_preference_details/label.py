@@ -4,9 +4,12 @@
     python train_reward.py --task offline --labels.source my_labels.json --labels.num-train 96 --batch-size 8
 
 The items are drawn once, from the seed: --num-queries queries of the task's training stream (processed and
-formatted as in training, FIDELITY A4, A5), four responses each from the policy (the task's base model, or --policy)
-at the task's temperature and response length (C1), truncated as PPO scores them and as OpenAI's labellers saw them
-(E2). A page served by the standard library on 127.0.0.1 (another address only with --host) shows each query with its
+formatted as in training, FIDELITY A4 query processing, A5 query formatting), four responses each from the policy (the task's
+base model, or --policy)
+at the task's temperature and response length (C1 plain sampling), truncated as PPO scores them and as OpenAI's labellers saw
+them
+(E2 truncate and score). A page served by the standard library on 127.0.0.1 (another address only with --host) shows each query
+with its
 four responses; each choice is journaled and written to --output at once (label_session.py). Run the same command
 again to continue where you stopped.
 """
@@ -104,7 +107,7 @@ def build_args(task_name: str) -> Args:
 
 def to_oai(tokens: list[int], pad_id: int) -> list[int]:
     """Our pad -> OpenAI's 50259, as their label files hold it."""
-    # A2 label pads: the file is read back with 50259 mapped to our pad (labels.py), so it never reaches a model
+    # A2 OAI pad remap: the file is read back with 50259 mapped to our pad (labels.py), so it never reaches a model
     return [OAI_PAD if t == pad_id else t for t in tokens]
 
 
@@ -125,7 +128,7 @@ def sample_items(args: Args, device: torch.device) -> list[dict]:
     for start in progress(range(0, len(queries), CHUNK), desc="sampling the items", unit="batch"):
         chunk = queries[start : start + CHUNK].to(device)  # [c, query_length]
         contexts = format_queries(chunk, prefix, suffix).repeat_interleave(N_SAMPLES, dim=0)  # [c * 4, p + q + s]
-        # C1 sampling: exactly response_length tokens at the task's temperature
+        # C1 plain sampling: exactly response_length tokens at the task's temperature
         responses = policy.sample(contexts, task.response_length, generator=generator)["responses"]
         # E2 truncate and score: cut after the first truncate_token at index >= truncate_after, as PPO scores a response
         # and as OpenAI's labellers were shown it (its label files hold truncated, padded samples)

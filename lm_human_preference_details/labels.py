@@ -1,4 +1,4 @@
-"""OpenAI's human-label files (FIDELITY A2): read once, checked against the schema, pad 50259 mapped to ours.
+"""OpenAI's human-label files (FIDELITY A2 OAI pad remap): read once, checked against the schema, pad 50259 mapped to ours.
 
 A best_of_N file is a JSON list of records {query, sample0..sample{N-1}, best}, each token list already
 padded with 50259. Both the labels (train_reward.py) and the queries alone (`--task.query-dataset
@@ -93,14 +93,14 @@ def record_tokens(path: Path, i: int, record: object, key: str, length: int, pad
         # OAI lm_human_preferences/language/model.py: the model asserts a sequence's first token is real
         raise UserError(f"label file {path}, record {i}: field 'query' starts with the pad {OAI_PAD}; a query's first "
                         "token must be real (the original's model asserts it): fix the record or drop it")
-    # OAI pad 50259 -> our pad; 50259 never reaches a model (FIDELITY A2)
+    # OAI pad 50259 -> our pad; 50259 never reaches a model (FIDELITY A2 OAI pad remap)
     return [pad_id if t == OAI_PAD else t for t in value]
 
 
 def load_best_of_n_labels(
     path: str | Path, *, n: int, query_length: int, response_length: int, pad_id: int, num_labels: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Read OpenAI's best_of_N label file and map its pad 50259 to ``pad_id`` (FIDELITY A2).
+    """Read OpenAI's best_of_N label file and map its pad 50259 to ``pad_id`` (FIDELITY A2 OAI pad remap).
 
     Returns queries [num, query_length], samples [num, n, response_length], best [num].
     """

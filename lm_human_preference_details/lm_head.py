@@ -1,7 +1,8 @@
 """The LM head's fast kernels: the sampling step and chunked log-probs that never hold all logits at once.
 
 Both compute exactly what the plain formulas give (tests/test_lm_head.py checks them against those): a categorical
-draw from softmax(h @ W.T / T) with its log-prob (C1, C2), and log-probs and entropies of given tokens (C3).
+draw from softmax(h @ W.T / T) with its log-prob (C1 plain sampling, C2 rollout log-probs and values), and log-probs and
+entropies of given tokens (C3 scoring slice).
 
 The logits, their softmax and log-softmax are float32 under --bf16 too (`full_precision`): GPT-2's logits lie near
 -100, where bfloat16's step is 0.5, so a bf16 logit would move a log-prob by up to ~0.25 nats.
@@ -143,7 +144,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
         ctx.save_for_backward(h, weight, labels, torch.cat(lses), probs)
         ctx.temperature, ctx.chunk = temperature, chunk
         entropies = torch.cat(entropies)
-        ctx.mark_non_differentiable(entropies)  # only logged: no entropy bonus (FIDELITY E7)
+        ctx.mark_non_differentiable(entropies)  # only logged: no entropy bonus (FIDELITY E7 policy loss)
         return torch.cat(logprobs), entropies
 
     @staticmethod

@@ -46,7 +46,7 @@ def last_real_indices(mask: torch.Tensor) -> torch.Tensor:
 
 
 def disable_dropout(module: nn.Module) -> nn.Module:
-    """Set every dropout probability to 0 (FIDELITY B4) and switch to eval mode."""
+    """Set every dropout probability to 0 (FIDELITY B4 no dropout) and switch to eval mode."""
     # OAI lm_human_preferences: every forward pass is built with do_dropout=False
     for m in module.modules():
         if isinstance(m, nn.Dropout):
@@ -172,13 +172,13 @@ def context_length(config: dict) -> int | None:
 
 
 class LMWithHead(nn.Module):
-    """A causal LM plus one scalar head on its final hidden state (FIDELITY B3)."""
+    """A causal LM plus one scalar head on its final hidden state (FIDELITY B3 head init)."""
 
     def __init__(self, lm: nn.Module, pad_id: int, head: str):
         super().__init__()
         self.lm = disable_dropout(lm)
         self.pad_id = pad_id
-        # n_vocab: the real tokens only; the pad id sits right after them (FIDELITY B5)
+        # n_vocab: the real tokens only; the pad id sits right after them (FIDELITY B5 real tokens only)
         self.n_vocab = min(lm.config.vocab_size, pad_id)
         d_model = lm.config.hidden_size
         self.head = nn.Linear(d_model, 1)
@@ -189,10 +189,11 @@ class LMWithHead(nn.Module):
         self.packed = supports_packing(lm)  # GPT-2: forward passes skip the pads (gpt2.py)
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        """[b, t] tokens (pads anywhere) -> [b, t, d] final hidden states with B1/B2 applied."""
+        """[b, t] tokens (pads anywhere) -> [b, t, d] final hidden states with B1 pad mask and positions and B2 last real token
+        applied."""
         input_ids, mask, positions = prepare_inputs(tokens, self.pad_id)
         h = self.lm.base_model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions).last_hidden_state
-        # OAI lm_human_preferences/language/model.py: at a pad, use the output of the last real token (B2)
+        # OAI lm_human_preferences/language/model.py: at a pad, use the output of the last real token (B2 last real token)
         use = last_real_indices(mask)
         return torch.gather(h, 1, use.unsqueeze(-1).expand_as(h))
 
@@ -206,19 +207,20 @@ class LMWithHead(nn.Module):
         return torch.gather(h, 1, read.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
 
     def real_token_rows(self, weight: torch.Tensor) -> torch.Tensor:
-        """The LM head's rows of the real tokens (B5); the tensor itself when that is all of it."""
+        """The LM head's rows of the real tokens (B5 real tokens only); the tensor itself when that is all of it."""
         # no slice when none is needed: its backward would fill a fresh [V, d] gradient with zeros and copy into it
         return weight if weight.shape[0] == self.n_vocab else weight[: self.n_vocab]
 
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """[..., d] hidden -> [..., n_vocab] float32 logits over the real tokens only (B5), autocast off (--bf16 too)."""
+        """[..., d] hidden -> [..., n_vocab] float32 logits over the real tokens only (B5 real tokens only), autocast off
+        (--bf16 too)."""
         # OAI lm_human_preferences/policy.py: step_core slices logits to n_vocab
         with full_precision(h.device):
             return self.lm.get_output_embeddings()(h.float())[..., : self.n_vocab].float()
 
 
 class RewardModel(LMWithHead):
-    """reward(x, y) = gain * head(h_last) + bias over [query, response] (FIDELITY D1)."""
+    """reward(x, y) = gain * head(h_last) + bias over [query, response] (FIDELITY D1 reward gain and bias)."""
 
     def __init__(self, lm: nn.Module, pad_id: int):
         super().__init__(lm, pad_id, head="reward")
@@ -227,7 +229,7 @@ class RewardModel(LMWithHead):
         self.bias = nn.Parameter(torch.zeros(()))
 
     def forward(self, query_responses: torch.Tensor) -> torch.Tensor:
-        """[b, t] tokens -> [b] rewards read at the last index (= last real token, B2)."""
+        """[b, t] tokens -> [b] rewards read at the last index (= last real token, B2 last real token)."""
         # OAI lm_human_preferences/rewards.py: RewardModelTrainer._build, reward = lm_output['reward'][:, -1]
         last = torch.full((len(query_responses), 1), query_responses.shape[1] - 1, device=query_responses.device)
         h_last = self.hidden_at(query_responses, last)[:, 0]  # [b, d]
@@ -240,7 +242,8 @@ class RewardModel(LMWithHead):
 
     @torch.no_grad()
     def set_reward_norm(self, old_mean: float, old_std: float, new_mean: float, new_std: float) -> None:
-        """Choose gain and bias so rewards with old_mean +- old_std become new_mean +- new_std (D6/D7)."""
+        """Choose gain and bias so rewards with old_mean +- old_std become new_mean +- new_std (D6 normalize before, D7
+        normalize after)."""
         # OAI lm_human_preferences/rewards.py: set_reward_norm (expects gain 1, bias 0 beforehand)
         assert self.gain.item() == 1 and self.bias.item() == 0, "reset gain/bias before normalising"
         if not math.isfinite(old_std) or old_std <= 0:
@@ -257,7 +260,7 @@ class RewardModel(LMWithHead):
 
 
 class Policy(LMWithHead):
-    """The policy: one network with the LM head and a zero-initialised value head (FIDELITY B3, E7)."""
+    """The policy: one network with the LM head and a zero-initialised value head (FIDELITY B3 head init, E7 policy loss)."""
 
     def __init__(self, lm: nn.Module, pad_id: int, temperature: float):
         super().__init__(lm, pad_id, head="value")
@@ -269,7 +272,7 @@ class Policy(LMWithHead):
         return self.lm_logits(h), self.head(h).squeeze(-1).float()
 
     def analyze_responses(self, contexts: torch.Tensor, responses: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Log-probs, entropies and values of given responses, each [b, r] (FIDELITY C3)."""
+        """Log-probs, entropies and values of given responses, each [b, r] (FIDELITY C3 scoring slice)."""
         # OAI lm_human_preferences/policy.py: analyze_responses_op, logits[:, ctx-1:-1] / temperature
         (b, c), r = contexts.shape, responses.shape[1]
         # the hidden states and the LM head only at the positions that predict response tokens: the same numbers
@@ -290,7 +293,8 @@ class Policy(LMWithHead):
     @torch.no_grad()
     def sample(self, contexts: torch.Tensor, length: int, generator: torch.Generator | None = None,
                uniforms: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Sample exactly ``length`` tokens per context with a KV cache (FIDELITY C1, C2).
+        """Sample exactly ``length`` tokens per context with a KV cache (FIDELITY C1 plain sampling, C2 rollout log-probs and
+        values).
 
         Step t of row i inverts the CDF at ``uniforms[i, t]`` ([b, length] float64, `RankDraws.uniforms`: each
         emulated rank's own noise) when given, else at a fresh uniform from ``generator``.
@@ -300,7 +304,7 @@ class Policy(LMWithHead):
         """
         # OAI lm_human_preferences/language/sample.py: sample_sequence (no EOS stop, top_k 0, top_p 1)
         input_ids, mask, positions = prepare_inputs(contexts, self.pad_id)
-        last = last_real_indices(mask)[:, -1:]  # [b, 1]: B2, the context's output is its last real token's
+        last = last_real_indices(mask)[:, -1:]  # [b, 1]: B2 last real token, the context's output is its last real token's
         base = self.lm.base_model
         if self.packed:  # GPT-2: the real tokens only, keys and values in a cache preallocated for every step
             cache = KVCache(base, len(contexts), contexts.shape[1] + length, like=base.wte.weight)
@@ -326,7 +330,7 @@ class Policy(LMWithHead):
         responses, logprobs, values = [], [], []
         for step in range(length):
             u = None if uniforms is None else uniforms[:, step : step + 1]  # [b, 1]
-            if getattr(head, "bias", None) is None:  # GPT-2's tied head; B5: the real tokens only
+            if getattr(head, "bias", None) is None:  # GPT-2's tied head; B5 real tokens only
                 token, logprob = sample_step(h, self.real_token_rows(head.weight), self.temperature, generator, u)
             else:  # an LM head with a bias: the plain computation
                 logits = self.lm_logits(h) / self.temperature  # [b, n_vocab], float32
@@ -352,7 +356,7 @@ HPARAMS_FILE = "hparams.json"
 
 
 def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict) -> None:
-    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8: gain and bias included)."""
+    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included)."""
     try:
         with atomic_path(path, is_dir=True) as tmp:
             model.lm.save_pretrained(tmp)

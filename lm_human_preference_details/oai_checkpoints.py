@@ -198,7 +198,7 @@ def hf_gpt2_name(name: str) -> str | None:
 
 
 def gpt2_config(hparams: dict):
-    """OAI model hparams (language/model.py: HParams) -> a GPT2Config with dropout off (FIDELITY B4)."""
+    """OAI model hparams (language/model.py: HParams) -> a GPT2Config with dropout off (FIDELITY B4 no dropout)."""
     from transformers import GPT2Config
 
     missing = [k for k in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer") if k not in hparams]
@@ -214,7 +214,8 @@ def gpt2_config(hparams: dict):
 
 def convert_model_dir(model_dir: str | Path, kind: str, out: str | Path, task: dict | None = None,
                       prefix: str | Path | None = None) -> Path:
-    """An OAI RUN/policy or RUN/reward_model directory -> our saved model directory ``out`` (FIDELITY B3, D8).
+    """An OAI RUN/policy or RUN/reward_model directory -> our saved model directory ``out`` (FIDELITY B3 head init, D8 saved
+    gain and bias).
 
     The checkpoint is ``prefix``, by default the latest one of the directory.
     """

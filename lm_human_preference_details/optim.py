@@ -1,4 +1,5 @@
-"""TensorFlow-1 Adam (FIDELITY D5) and the linear learning-rate decay (D4, E8), used for the reward model and the policy."""
+"""TensorFlow-1 Adam (FIDELITY D5 TF-1 Adam) and the linear learning-rate decay (D4 reward lr decay, E8 lr decay), used for the
+reward model and the policy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tensor maths of PPO in lm-human-preferences (FIDELITY C3, E2-E7), as small pure functions.
+"""The tensor maths of PPO in lm-human-preferences (FIDELITY C3 scoring slice, E2-E7), as small pure functions.
 
 Every function here is free of I/O and of model calls; train_policy.py composes them.
 Shapes: b = episodes (rows), r = response_length, v = vocabulary.

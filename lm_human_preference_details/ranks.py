@@ -2,7 +2,8 @@
 
 The original ran as 8 MPI ranks; rank r seeded itself with seed + r * 100003, read its own query stream,
 drew its own sampling noise and minibatch permutations, whitened its own minibatch, and all-reduced its
-gradients and logged statistics (FIDELITY E9, E10). `Ranks` is that set of ranks as seen from one process:
+gradients and logged statistics (FIDELITY E9 per-rank seeds, E10 gradient averaging). `Ranks` is that set of ranks as seen from
+one process:
 torchrun's W processes (W divides R) each hold R / W consecutive ranks, process p ranks [p R / W, (p + 1) R / W).
 A batch of the whole run is laid out rank by rank, so a process's rows are its ranks' blocks, in rank order.
 
@@ -39,7 +40,7 @@ SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, se
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    """The seed of emulated rank ``rank`` (FIDELITY E9)."""
+    """The seed of emulated rank ``rank`` (FIDELITY E9 per-rank seeds)."""
     # OAI lm_human_preferences/utils/core.py: set_mpi_seed
     return seed + rank * SEED_STRIDE
 
@@ -178,7 +179,7 @@ class Ranks:
         return y.to(x.device)
 
     def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Replace each gradient by its mean over processes (FIDELITY E10), in one flat all-reduce."""
+        """Replace each gradient by its mean over processes (FIDELITY E10 gradient averaging), in one flat all-reduce."""
         # OAI lm_human_preferences/utils/core.py: minimize, gradients mpi_allreduce_mean-ed across ranks
         if self.world_size == 1:
             return
@@ -195,7 +196,8 @@ class Ranks:
 
         ``loss_fn(rows)`` -> (the mean loss over those rows, statistics of them), for a slice of the n rows. The rows
         are taken rank block by rank block (`blocks`) and micro-batch by micro-batch; each block's gradient is the
-        mean over its rows, and every parameter's .grad is left holding the mean over all ranks' blocks (FIDELITY E10
+        mean over its rows, and every parameter's .grad is left holding the mean over all ranks' blocks (FIDELITY E10 gradient
+        averaging
         gradient average, `BlockGradients`). -> each statistic per block, [blocks] (a rank's own mean when exact):
         `mean_over_blocks` averages them as the original's mpi_allreduce_mean did.
         """
@@ -385,7 +387,7 @@ def tree_total(stack: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
 
 
 class BlockGradients:
-    """The mean gradient over every block of every process, for one optimizer step (FIDELITY E10).
+    """The mean gradient over every block of every process, for one optimizer step (FIDELITY E10 gradient averaging).
 
     After each block's backward pass (its loss a mean over its own rows), `add()` takes the block's gradients;
     `reduce()` leaves the mean over all blocks of all processes in each parameter's .grad. Exact: block gradients

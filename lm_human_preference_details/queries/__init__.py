@@ -1,4 +1,5 @@
-"""Query data (FIDELITY A1-A5, E9): from a `--task.query-dataset` value to batches of queries, one module per job.
+"""Query data (FIDELITY A1-A5, E9 per-rank seeds): from a `--task.query-dataset` value to batches of queries, one module per
+job.
 
 Down the floors, each entered once: the value becomes a `QuerySource` (`registry.query_source`, the one place that
 decides what a name or path is; its checks run before the run starts), `samplers.make_query_sampler` opens it through
@@ -12,7 +13,8 @@ the source's own module, each rank draws from its stream (`streams`), and `batch
     text_files.py local .jsonl/.txt query files
     columns.py    a memory-mapped text column and its row-count checks
     streams.py    per-rank streams: seeded shuffles, the shard rule, a rank's window of rows
-    batches.py    query processing (A4), formatting (A5), the sampler interface and its checks
+    batches.py    query processing (A4 query processing), formatting (A5 query formatting), the sampler interface and its
+    checks
     samplers.py   the baseline's and the 2019 pipeline's samplers, `make_query_sampler`, resumable batches
 """
 

@@ -1,7 +1,10 @@
-"""Query processing and batching (FIDELITY A1, A4, A5, E9): what every query sampler shares.
+"""Query processing and batching (FIDELITY A1 plain-text tokens, A4 query processing, A5 query formatting, E9 per-rank seeds):
+what every query sampler shares.
 
-`process_query` is the 2019 pipeline's processing (A4), `encode_queries` the baseline's (tokens[:query_length],
-right-padded), `format_queries` puts the task's prefix and suffix around a batch (A5). `RankBatches` is the one
+`process_query` is the 2019 pipeline's processing (A4 query processing), `encode_queries` the baseline's
+(tokens[:query_length],
+right-padded), `format_queries` puts the task's prefix and suffix around a batch (A5 query formatting). `RankBatches` is the
+one
 interface of a query sampler: an infinite iterator of [len(ranks) * b, query_length] batches, b = batch_size /
 num_ranks, block i being emulated rank ranks[i]'s next b queries; its sizes are checked here, once, for every source.
 """
@@ -18,7 +21,8 @@ from lm_human_preference_details.tokenizer import encode_plain
 
 def process_query(tokens: list[int], *, query_length: int, start_token: int | None, end_token: int | None,
                   pad_id: int) -> list[int] | None:
-    """FIDELITY A4: cut after the first start token, truncate, cut after the last end token, right-pad; None = skip."""
+    """FIDELITY A4 query processing: cut after the first start token, truncate, cut after the last end token, right-pad; None =
+    skip."""
     # OAI lm_human_preferences/language/datasets.py: Dataset.tf_dataset._generator
     if start_token is not None:
         if start_token not in tokens:
@@ -35,7 +39,7 @@ def process_query(tokens: list[int], *, query_length: int, start_token: int | No
 
 
 def format_queries(queries: torch.Tensor, prefix: Sequence[int], suffix: Sequence[int]) -> torch.Tensor:
-    """FIDELITY A5: [batch, q] -> [batch, len(prefix) + q + len(suffix)], pads left in place."""
+    """FIDELITY A5 query formatting: [batch, q] -> [batch, len(prefix) + q + len(suffix)], pads left in place."""
     # OAI lm_human_preferences/lm_tasks.py: query_formatter
     batch = queries.shape[0]
     pre = torch.tensor(list(prefix), dtype=queries.dtype, device=queries.device).expand(batch, -1)  # [batch, p]
@@ -53,7 +57,7 @@ def encode_queries(tokenizer, texts: Sequence[str], *, query_length: int) -> tor
 
 
 def empty_text(what: str, fix: str) -> str:
-    """Why an empty text cannot be a query: the original cannot run it either (FIDELITY B2)."""
+    """Why an empty text cannot be a query: the original cannot run it either (FIDELITY B2 last real token)."""
     # OAI lm_human_preferences/language/model.py: Model.__call__ asserts that every position has a real token at or
     # before it (tf.assert_none_equal(use_indices, -1)); an empty text is a query of pads only, and the reward model
     # reads [query, response] without the prefix, so the original stops at that text

@@ -1,8 +1,8 @@
-"""OpenAI's 2019 query sources (FIDELITY A3): books-2019, tldr-2019, cnndm and the queries inside label files.
+"""OpenAI's 2019 query sources (FIDELITY A3 query sources): books-2019, tldr-2019, cnndm and the queries inside label files.
 
 Each is a generator of texts (or, for the label files, of ready token lists) for one mode ('train' or 'test'),
 shuffled once with a seeded `random.Random` exactly as the original's `random.seed(seed); random.shuffle(...)`;
-`samplers.QuerySampler` processes them (A4), repeats the stream and shards it across the ranks.
+`samplers.QuerySampler` processes them (A4 query processing), repeats the stream and shards it across the ranks.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def label_queries(source: str, *, query_length: int, pad_id: int, seed: int = 0)
             raise UserError(f"label file {path}, record {i}: query has {len(query)} tokens but --task.query-length "
                             f"is {query_length}")
     queries = [record_tokens(path, i, r, "query", query_length, pad_id) for i, r in enumerate(records)]
-    yield from seeded_shuffle(queries, seed)  # FIDELITY A2: 50259 never reaches a model
+    yield from seeded_shuffle(queries, seed)  # FIDELITY A2 OAI pad remap: 50259 never reaches a model
 
 
 def check_label_queries(request: Request) -> None:

@@ -89,7 +89,8 @@ def check_local_parquet(request: Request) -> None:
 
 def check_text_file(request: Request) -> None:
     """A local .jsonl/.txt query file: it exists, reads as UTF-8 in its format, and gives at least one usable query
-    (FIDELITY A4) with the run's start and end text; an empty text that would be a query is refused, naming it."""
+    (FIDELITY A4 query processing) with the run's start and end text; an empty text that would be a query is refused, naming
+    it."""
     source = request.source
     if not source.path.is_file():
         raise UserError(unknown_dataset(source.name))
@@ -108,7 +109,8 @@ def check_text_file(request: Request) -> None:
 
 
 def has_usable_query(request: Request, texts: list[str]) -> bool:
-    """Whether a text of ``texts`` survives the run's query processing (A4), encoded with the base model's tokenizer;
+    """Whether a text of ``texts`` survives the run's query processing (A4 query processing), encoded with the base model's
+    tokenizer;
     stops at the first that does."""
     tokenizer = load_tokenizer(request.base_model)
     start = None if request.start_text is None else single_token(tokenizer, request.start_text, "--task.start-text")

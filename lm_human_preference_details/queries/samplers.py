@@ -1,9 +1,11 @@
-"""The two query samplers, one per pipeline, behind `make_query_sampler` (FIDELITY A3, A4, E9).
+"""The two query samplers, one per pipeline, behind `make_query_sampler` (FIDELITY A3 query sources, A4 query processing, E9
+per-rank seeds).
 
 `HFQuerySampler` is the public baseline's: the fork ran OpenAI's TF code on 8 MPI ranks, each of which loaded the
 whole `train` split, shuffled it with `Dataset.shuffle(seed + r * 100003)`, repeated it forever and kept the items
 r, r + 8, r + 16, ... (`tf.data` `repeat()` then `shard(8, r)`), with no start/end text: tokens[:query_length],
-right-padded. `QuerySampler` is the 2019 pipeline's: the source shuffled once, each text processed (A4), the stream
+right-padded. `QuerySampler` is the 2019 pipeline's: the source shuffled once, each text processed (A4 query processing), the
+stream
 repeated and sharded across the ranks. Both give the `RankBatches` interface; `ResumableBatches` counts the batches
 drawn, so that a resumed run fast-forwards to the same point.
 """
@@ -86,7 +88,8 @@ class HFQuerySampler(RankBatches):
 class QuerySampler(RankBatches):
     """The 2019 pipeline's query batches for the emulated ranks ``ranks`` of ``num_ranks``.
 
-    The source is shuffled once with ``seed``, processed (A4), repeated, and rank r's stream is its shard r (items
+    The source is shuffled once with ``seed``, processed (A4 query processing), repeated, and rank r's stream is its shard r
+    (items
     r, r + num_ranks, ...), as every rank of the original did with seed 0. Each batch holds one block of
     b = batch_size / num_ranks queries per rank of ``ranks``, in that order: [len(ranks) * b, query_length].
     """
@@ -122,7 +125,8 @@ class QuerySampler(RankBatches):
                 if isinstance(item, list):  # already-processed label queries
                     query = item
                 else:
-                    (tokens,) = encode_plain(self.tokenizer, [item])  # FIDELITY A1: special-token strings are text
+                    # FIDELITY A1 plain-text tokens: special-token strings are text
+                    (tokens,) = encode_plain(self.tokenizer, [item])
                     query = process_query(tokens, query_length=self.query_length,
                                           start_token=self.start_token, end_token=self.end_token,
                                           pad_id=self.pad_id)
@@ -155,7 +159,7 @@ def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks
     """The query batches of ``task`` (a TaskHParams) for the emulated ranks ``ranks`` (default all of num_ranks).
 
     ``next()`` gives [len(ranks) * batch_size / num_ranks, query_length]: block i is rank ranks[i]'s next
-    batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9), whatever the source:
+    batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9 per-rank seeds), whatever the source:
     - the baseline's sources (bookcorpus, tldr-17, a local .parquet or tldr-17 .zip; text column task.query_column):
       rank r shuffles with ``seed`` + r * 100003, then takes shard r (`HFQuerySampler`);
     - the 2019 sources (books-2019, tldr-2019, cnndm, oai-label-queries, a local .jsonl/.txt): one shuffle with

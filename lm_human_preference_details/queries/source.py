@@ -1,6 +1,6 @@
 """What a `--task.query-dataset` value names, as one value: a `QuerySource`, made once by `registry.query_source`.
 
-Two kinds, the two pipelines (FIDELITY A3):
+Two kinds, the two pipelines (FIDELITY A3 query sources):
 - `ColumnSource`: the public baseline's, a text column that each rank shuffles with its own seed (bookcorpus,
   tldr-17, local parquet, a local copy of tldr-17's corpus archive); train split only, no start/end text.
 - `TextSource`: OpenAI's 2019 pipeline, texts (or ready token lists) that one seeded shuffle orders and the ranks
@@ -58,9 +58,10 @@ class Request:
 
 @dataclass(frozen=True)
 class QuerySource:
-    """A query source: its processing defaults (FIDELITY A4), where it lies, how the run's flags are checked."""
+    """A query source: its processing defaults (FIDELITY A4 query processing), where it lies, how the run's flags are
+    checked."""
 
-    start_text: Optional[str] = None  # A4 processing defaults: '.' for book passages (launch.py), else none
+    start_text: Optional[str] = None  # A4 query processing: the defaults: '.' for book passages (launch.py), else none
     end_text: Optional[str] = None
     check: Optional[Callable[[Request], None]] = None  # the checks before the run starts, each one line
     name: str = ""  # the --task.query-dataset value, filled in by `registry.query_source`
