@@ -465,6 +465,7 @@ def train(args: Args) -> dict:
             kl_coef = kl_ctl.value
             with autocast(args, device):
                 data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks, kl_coef)
+            run.wait_checkpoint_copy()  # the last checkpoint's copy of the weights is taken before the epochs change them
             train_stats = ppo_epochs(policy, optimizer, data, args, ranks)  # 5. PPO epochs (autocast in each pass)
             check_finite(f"update {update}", scores=data["scores"], kl=data["kl"],
                          rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)

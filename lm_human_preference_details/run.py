@@ -292,10 +292,13 @@ class Run:
         self._start_time = time.time() - checkpoint["elapsed"]
         if self.objects:
             self.saver = BackgroundSaver(self.dir, args.keep_checkpoints, models=self.models)
-            for optimizer in self.objects.values():  # a checkpoint's copy is taken before a step changes the weights
-                if isinstance(optimizer, torch.optim.Optimizer):
-                    optimizer.register_step_pre_hook(lambda *_: self.saver.wait_copied())
         return first
+
+    def wait_checkpoint_copy(self) -> None:
+        """Block until the last save has copied the weights off them (BackgroundSaver.wait_copied): the loop calls it
+        before anything changes them, i.e. before its optimizer steps. A no-op without checkpoints."""
+        if self.saver is not None:
+            self.saver.wait_copied()
 
     @property
     def elapsed(self) -> float:
