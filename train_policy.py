@@ -212,17 +212,11 @@ def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
     # OAI lm_human_preferences/train_policy.py: train, rewards.train_new_model (same task, run directory): its labels
     # and hyperparameters from --rewards.train-new-model.*, this run's task, base model and run options (the ranks too)
     new = args.rewards.train_new_model
-    reward_args = train_reward.Args(
-        labels=new.labels, batch_size=new.batch_size, lr=new.lr, rollout_batch_size=new.rollout_batch_size,
-        normalize_samples=new.normalize_samples, debug_normalize=new.debug_normalize,
-        normalize_before=new.normalize_before, normalize_after=new.normalize_after, eval_labels=new.eval_labels,
-        task=args.task, base_model=args.base_model, task_name=args.task_name,
-        seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"),
-        num_ranks=args.num_ranks, exact_ranks=args.exact_ranks, micro_batch_sequences=args.micro_batch_sequences,
-        device=args.device, tf32=args.tf32, compile=args.compile, keep_checkpoints=args.keep_checkpoints,
-        resume=args.resume, overwrite=args.overwrite,
-        track=args.track, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
-    )
+    hparams = {f.name: getattr(new, f.name) for f in dataclasses.fields(train_reward.RewardTrainHParams)}
+    run_options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunArgs) if f.name != "world_size"}
+    run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"))
+    # world_size: set by the reward run's own Ranks.start
+    reward_args = train_reward.Args(**hparams, **run_options, task=args.task, base_model=args.base_model)
     return reward_args.finalize(check_inputs)
 
 

@@ -244,7 +244,7 @@ def test_run_options_reach_the_reward_model_run(monkeypatch):
 
 
 def test_the_reward_run_gets_every_option_of_the_policy_run():
-    # reward_run_args names every field it hands on; a field added to RunArgs or RewardTrainHParams and not handed on
+    # reward_run_args hands on every field of RunArgs and RewardTrainHParams; one that did not reach the reward run
     # would keep its default here (and is caught: every value below differs from its default)
     import dataclasses
 
