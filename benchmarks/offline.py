@@ -4,7 +4,8 @@
 
 Each seed is one `python train_policy.py --task offline --seed S` (reward model, then PPO) in a
 subprocess, timed end to end; the numbers come from the summary.json each run writes. Below the
-table: mean and min..max per column, and whether every seed met the README's three targets (TARGETS).
+table: mean and min..max per column, whether every seed met the task's three targets (TARGETS), and whether
+each seed's summary falls inside the ranges the README's results line states (README_RANGES).
 A benchmark, not a test: nothing here asserts, and the exit status is 0 either way.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,39 @@ TARGETS = [
     ("trained/kl", "final KL within 0.5x-2x its target", lambda v, s: 0.5 * s["kl_target"] <= v <= 2 * s["kl_target"]),
 ]
 VERSIONED = ["torch", "transformers", "tokenizers", "numpy"]
+# The README's offline results line, as (summary key, pattern of its low and high end, decimals it is stated to)
+README_RANGES = [
+    ("reward_model/heldout_accuracy", r"held-out accuracy (\d\.\d+)-(\d\.\d+)", 2),
+    ("gold_gain_in_initial_stds", r"raised by \+(\d\.\d+) to \+(\d\.\d+) initial standard deviations", 2),
+    ("trained/kl", r"final KL (\d+\.\d+)-(\d+\.\d+)", 1),
+]
+
+
+def readme_ranges(readme: str) -> dict[str, tuple[float, float, int]]:
+    """The README's stated offline ranges: summary key -> (low, high, decimals); a missing one is a ValueError."""
+    item = re.search(r"^- `--task offline`.*?(?=^- |^$)", readme, re.M | re.S)  # the bullet, its wrapped lines too
+    text = " ".join(item[0].split()) if item else ""
+    ranges = {}
+    for key, pattern, decimals in README_RANGES:
+        found = re.search(pattern, text)
+        if not found:
+            raise ValueError(f"README.md's `--task offline` results line does not state {pattern!r}")
+        ranges[key] = (float(found[1]), float(found[2]), decimals)
+    return ranges
+
+
+def outside_readme(summary: dict, ranges: dict[str, tuple[float, float, int]]) -> list[str]:
+    """The summary's values that fall outside the README's ranges, rounded as the README states them."""
+    return [f"{key} {round(summary[key], d)} not in {low}-{high}" for key, (low, high, d) in ranges.items()
+            if not low <= round(summary[key], d) <= high]
+
+
+def readme_check(rows: dict[int, dict], ranges: dict[str, tuple[float, float, int]]) -> str:
+    """Markdown: per seed, whether its summary lies inside the README's stated ranges."""
+    misses = {s: outside_readme(r, ranges) for s, r in rows.items()}
+    lines = [f"- seed {s}: " + ("outside: " + "; ".join(m) if m else "inside") for s, m in misses.items()]
+    verdict = "every seed inside the README's ranges: " + ("no" if any(misses.values()) else "yes")
+    return "Against the README's stated ranges:\n" + "\n".join(lines) + f"\n\n{verdict}\n"
 
 
 def run_seed(seed: int, out_dir: Path, extra: list[str]) -> dict:
@@ -89,16 +124,16 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from lm_human_preference_details.offline import offline_dir
+    from lm_human_preference_details.offline import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
     rows = {s: run_seed(s, args.runs_dir, args.extra) for s in args.seeds}
     extra = ["--", *args.extra] if args.extra else []
     command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *extra])
-    text = f"Offline task, {len(rows)} seeds (`{command}`)"
+    text = f"Offline task {VERSION}, {len(rows)} seeds (`{command}`)"
     text += f"; seed {args.seeds[0]} built the assets (fresh cache).\n\n" if fresh else "; assets cached before.\n\n"
     text += f"Versions: {versions()}; python {sys.version.split()[0]}.\n\n"
-    text += table(rows) + "\n" + targets(rows)
+    text += table(rows) + "\n" + targets(rows) + "\n" + readme_check(rows, readme_ranges((ROOT / "README.md").read_text()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)
