@@ -6,9 +6,10 @@
 
 Runs `train_policy.main` in this process with timers around the functions each phase is made of (and, with
 --recipe, `offline.build_assets` first). A phase's seconds exclude the timed phases inside it. The floor of a phase
-is the time its passes over the 50,257-wide LM head would take at the measured matmul rate: 2 * d_model * 50,257
+is the CPU time its passes over the 50,257-wide LM head would take at the measured matmul rate: 2 * d_model * 50,257
 FLOPs per row for the forward product h @ W.T, twice that for a backward pass (the gradients of h and of W); the
-rate is that of one [64, d_model] x [d_model, 50257] product, as lm_head.py runs it on a CPU, timed here first.
+rate is that of one [64, d_model] x [d_model, 50257] product, as lm_head.py runs it on a CPU, timed here first, per
+CPU second (CPU seconds, unlike wall seconds, change little when other processes share the cores).
 A benchmark, not a test: prints a markdown table.
 """
 
@@ -144,18 +145,18 @@ def main() -> None:
         if args.recipe:
             (Path(tmp) / "recipe").mkdir()
             offline.build_assets(Path(tmp) / "recipe")
-        with p.phase("the task (train_policy.py --task offline)"):
+        with p.phase("run"):  # train_policy.py --task offline
             train_policy.main(["--task", "offline", "--output-dir", str(Path(tmp) / "run"), *args.extra])
     total = sum(r[0] for r in p.rows.values())
     print(f"\nimports {IMPORTED - START:.1f} s; LM-head product: {rate / 1e9:.1f} GFLOP/s per wall second, "
           f"{cpu_rate / 1e9:.1f} per CPU second ({torch.get_num_threads()} threads); load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| phase (own time, inner phases apart) | calls | wall s | CPU s | head GFLOP | floor s (wall rate) |")
+    print("| phase (its own time: inner phases apart) | calls | wall s | CPU s | LM-head GFLOP | floor, CPU s |")
     print("|---|---|---|---|---|---|")
     for path, (wall, cpu, flops, calls) in p.rows.items():
-        print(f"| {path} | {calls} | {wall:.1f} | {cpu:.1f} | {flops / 1e9:.0f} | {flops / rate:.1f} |")
+        print(f"| {path} | {calls} | {wall:.1f} | {cpu:.1f} | {flops / 1e9:.0f} | {flops / cpu_rate:.1f} |")
     flops = sum(r[2] for r in p.rows.values())
-    print(f"| total | | {total:.1f} | {sum(r[1] for r in p.rows.values()):.1f} | {flops / 1e9:.0f} | {flops / rate:.1f} |")
+    print(f"| total | | {total:.1f} | {sum(r[1] for r in p.rows.values()):.1f} | {flops / 1e9:.0f} | {flops / cpu_rate:.1f} |")
 
 
 if __name__ == "__main__":
