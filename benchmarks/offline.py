@@ -3,7 +3,9 @@
     python benchmarks/offline.py --seeds 1 2 3 --out benchmarks/results/offline.md
 
 Each seed is one `python train_policy.py --task offline --seed S` (reward model, then PPO) in a
-subprocess, timed end to end; the numbers come from the summary.json each run writes. Below the
+subprocess, timed end to end; the numbers come from the summary.json each run writes, the wall time goes
+beside it (benchmark.json). With --reuse, a seed whose run directory holds both is not run again: seeds
+run apart (two invocations side by side) then make one table. Below the
 table: mean and min..max per column, whether every seed met the task's three targets (TARGETS), and whether
 each seed's summary falls inside the ranges the README's results line states (README_RANGES).
 A benchmark, not a test: nothing here asserts, and the exit status is 0 either way.
@@ -74,17 +76,21 @@ def readme_check(rows: dict[int, dict], ranges: dict[str, tuple[float, float, in
     return "Against the README's stated ranges:\n" + "\n".join(lines) + f"\n\n{verdict}\n"
 
 
-def run_seed(seed: int, out_dir: Path, extra: list[str]) -> dict:
-    """One end-to-end run; returns its summary plus the wall time."""
+def run_seed(seed: int, out_dir: Path, extra: list[str], reuse: bool = False) -> dict:
+    """One end-to-end run (or, with ``reuse``, the finished one in its run directory); returns its summary plus the
+    wall time."""
     run_dir = out_dir / f"seed{seed}"
+    if reuse and (run_dir / "summary.json").exists() and (run_dir / "benchmark.json").exists():
+        return {**json.loads((run_dir / "summary.json").read_text()), **json.loads((run_dir / "benchmark.json").read_text())}
     start = time.perf_counter()
     # --overwrite: the benchmark owns its run directories, a re-run replaces the last one's
     result = subprocess.run([sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--seed", str(seed),
                              "--output-dir", str(run_dir), "--overwrite", *extra], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"error: seed {seed} failed: {result.stderr.strip().splitlines()[-1]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return {**summary, "seconds": time.perf_counter() - start}
+    seconds = {"seconds": time.perf_counter() - start}
+    (run_dir / "benchmark.json").write_text(json.dumps(seconds))
+    return {**json.loads((run_dir / "summary.json").read_text()), **seconds}
 
 
 def table(rows: dict[int, dict]) -> str:
@@ -121,15 +127,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/offline.md"))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_offline"))
+    parser.add_argument("--reuse", action="store_true", help="take a seed's finished run from --runs-dir, if there")
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from lm_human_preference_details.offline import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
-    rows = {s: run_seed(s, args.runs_dir, args.extra) for s in args.seeds}
+    rows = {s: run_seed(s, args.runs_dir, args.extra, args.reuse) for s in args.seeds}
     extra = ["--", *args.extra] if args.extra else []
-    command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *extra])
+    command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *(["--reuse"] if args.reuse else []),
+                        *extra])
     text = f"Offline task {VERSION}, {len(rows)} seeds (`{command}`)"
     text += f"; seed {args.seeds[0]} built the assets (fresh cache).\n\n" if fresh else "; assets cached before.\n\n"
     text += f"Versions: {versions()}; python {sys.version.split()[0]}.\n\n"

@@ -64,6 +64,14 @@ def test_offline_benchmark_table(tmp_path, offline_cache):
         line = next(line for line in text.splitlines() if line.startswith(f"- seed {s}: "))
         assert ("trained/kl" in line) == (not kl_inside), line
     assert text.rstrip().endswith("every seed inside the README's ranges: no")
+    # --reuse: the finished runs make the table again, wall times included, without running anything
+    before = {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS}
+    again = subprocess.run([*command[:2], "--seeds", "2", "1", "--reuse", "--out", str(tmp_path / "again.md"),
+                            "--runs-dir", str(runs)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS} == before
+    reused = parse((tmp_path / "again.md").read_text())
+    assert reused["2"] == table["2"] and reused["1"] == table["1"]
 
 
 README = (ROOT / "README.md").read_text()
@@ -79,7 +87,8 @@ def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
     from offline import readme_ranges
 
     results = (ROOT / "benchmarks" / "results" / "offline.md").read_text()
-    assert results.startswith(f"Offline task {VERSION}, 5 seeds (`python benchmarks/offline.py --seeds 1 2 3 4 5`)")
+    assert results.startswith(f"Offline task {VERSION}, 5 seeds (`python benchmarks/offline.py --seeds 1 2 3 4 5")
+    assert " -- " not in results.splitlines()[0]  # the preset as it is, no flags after --
     assert "every seed met all three targets: yes" in results and "every seed inside the README's ranges: yes" in results
     table = parse(results)
     spread = dict(zip(table["seed"], table["min..max"]))
