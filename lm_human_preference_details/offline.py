@@ -269,7 +269,11 @@ def ship(built: Path, shipped: Path) -> None:
     wte = state.pop("transformer.wte.weight")  # [V, d], tied: lm_head.weight is the same tensor
     state.pop("lm_head.weight")
     vocab = corpus_vocab(gpt2_tokenizer())
-    shared = wte[[t for t in range(len(wte)) if t not in set(vocab.tolist())][0]]  # the first unused token's row
+    unused = torch.ones(len(wte), dtype=torch.bool)
+    unused[vocab] = False
+    shared = wte[unused][0]  # the row every unused token has (share_unused_rows)
+    if not torch.equal(wte[unused], shared.expand(int(unused.sum()), -1)):
+        raise ValueError(f"{built / 'tiny-gpt2'}: the unused tokens' rows differ; build_assets shares them")
     state.update({"wte.vocab": vocab, "wte.rows": wte[vocab], "wte.shared": shared})
     shipped.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(shipped / "tiny-gpt2.safetensors"))
