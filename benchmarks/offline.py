@@ -3,8 +3,11 @@
     python benchmarks/offline.py --seeds 1 2 3 --out benchmarks/results/offline.md
 
 Each seed is one `python train_policy.py --task offline --seed S` (reward model, then PPO) in a
-subprocess, timed end to end; the numbers come from the summary.json each run writes. Below the
-table: mean and min..max per column, and whether every seed met the README's three targets (TARGETS).
+subprocess, timed end to end; the numbers come from the summary.json each run writes, the wall time goes
+beside it (benchmark.json). With --reuse, a seed whose run directory holds both is not run again: seeds
+run apart (two invocations side by side) then make one table. Below the
+table: mean and min..max per column, whether every seed met the task's three targets (TARGETS), and whether
+each seed's summary falls inside the ranges the README's results line states (README_RANGES).
 A benchmark, not a test: nothing here asserts, and the exit status is 0 either way.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -37,19 +41,56 @@ TARGETS = [
     ("trained/kl", "final KL within 0.5x-2x its target", lambda v, s: 0.5 * s["kl_target"] <= v <= 2 * s["kl_target"]),
 ]
 VERSIONED = ["torch", "transformers", "tokenizers", "numpy"]
+# The README's offline results line, as (summary key, pattern of its low and high end, decimals it is stated to)
+README_RANGES = [
+    ("reward_model/heldout_accuracy", r"held-out accuracy (\d\.\d+)-(\d\.\d+)", 2),
+    ("gold_gain_in_initial_stds", r"raised by \+(\d\.\d+) to \+(\d\.\d+) initial standard deviations", 2),
+    ("trained/kl", r"final KL (\d+\.\d+)-(\d+\.\d+)", 1),
+]
 
 
-def run_seed(seed: int, out_dir: Path, extra: list[str]) -> dict:
-    """One end-to-end run; returns its summary plus the wall time."""
+def readme_ranges(readme: str) -> dict[str, tuple[float, float, int]]:
+    """The README's stated offline ranges: summary key -> (low, high, decimals); a missing one is a ValueError."""
+    item = re.search(r"^- `--task offline`.*?(?=^- |^$)", readme, re.M | re.S)  # the bullet, its wrapped lines too
+    text = " ".join(item[0].split()) if item else ""
+    ranges = {}
+    for key, pattern, decimals in README_RANGES:
+        found = re.search(pattern, text)
+        if not found:
+            raise ValueError(f"README.md's `--task offline` results line does not state {pattern!r}")
+        ranges[key] = (float(found[1]), float(found[2]), decimals)
+    return ranges
+
+
+def outside_readme(summary: dict, ranges: dict[str, tuple[float, float, int]]) -> list[str]:
+    """The summary's values that fall outside the README's ranges, rounded as the README states them."""
+    return [f"{key} {round(summary[key], d)} not in {low}-{high}" for key, (low, high, d) in ranges.items()
+            if not low <= round(summary[key], d) <= high]
+
+
+def readme_check(rows: dict[int, dict], ranges: dict[str, tuple[float, float, int]]) -> str:
+    """Markdown: per seed, whether its summary lies inside the README's stated ranges."""
+    misses = {s: outside_readme(r, ranges) for s, r in rows.items()}
+    lines = [f"- seed {s}: " + ("outside: " + "; ".join(m) if m else "inside") for s, m in misses.items()]
+    verdict = "every seed inside the README's ranges: " + ("no" if any(misses.values()) else "yes")
+    return "Against the README's stated ranges:\n" + "\n".join(lines) + f"\n\n{verdict}\n"
+
+
+def run_seed(seed: int, out_dir: Path, extra: list[str], reuse: bool = False) -> dict:
+    """One end-to-end run (or, with ``reuse``, the finished one in its run directory); returns its summary plus the
+    wall time."""
     run_dir = out_dir / f"seed{seed}"
+    if reuse and (run_dir / "summary.json").exists() and (run_dir / "benchmark.json").exists():
+        return {**json.loads((run_dir / "summary.json").read_text()), **json.loads((run_dir / "benchmark.json").read_text())}
     start = time.perf_counter()
     # --overwrite: the benchmark owns its run directories, a re-run replaces the last one's
     result = subprocess.run([sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--seed", str(seed),
                              "--output-dir", str(run_dir), "--overwrite", *extra], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"error: seed {seed} failed: {result.stderr.strip().splitlines()[-1]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return {**summary, "seconds": time.perf_counter() - start}
+    seconds = {"seconds": time.perf_counter() - start}
+    (run_dir / "benchmark.json").write_text(json.dumps(seconds))
+    return {**json.loads((run_dir / "summary.json").read_text()), **seconds}
 
 
 def table(rows: dict[int, dict]) -> str:
@@ -86,19 +127,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/offline.md"))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_offline"))
+    parser.add_argument("--reuse", action="store_true", help="take a seed's finished run from --runs-dir, if there")
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from lm_human_preference_details.offline import offline_dir
+    from lm_human_preference_details.offline import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
-    rows = {s: run_seed(s, args.runs_dir, args.extra) for s in args.seeds}
+    rows = {s: run_seed(s, args.runs_dir, args.extra, args.reuse) for s in args.seeds}
     extra = ["--", *args.extra] if args.extra else []
-    command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *extra])
-    text = f"Offline task, {len(rows)} seeds (`{command}`)"
+    command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *(["--reuse"] if args.reuse else []),
+                        *extra])
+    text = f"Offline task {VERSION}, {len(rows)} seeds (`{command}`)"
     text += f"; seed {args.seeds[0]} built the assets (fresh cache).\n\n" if fresh else "; assets cached before.\n\n"
     text += f"Versions: {versions()}; python {sys.version.split()[0]}.\n\n"
-    text += table(rows) + "\n" + targets(rows)
+    text += table(rows) + "\n" + targets(rows) + "\n" + readme_check(rows, readme_ranges((ROOT / "README.md").read_text()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)

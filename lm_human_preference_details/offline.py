@@ -13,6 +13,10 @@ use, and cached in `offline_dir()`:
                                      pretrained on queries.txt so its samples read like the corpus
     labels.json                      best-of-4 labels in OpenAI's exact schema (pads 50259)
 
+The passages are written at first use (a second); the model and the labels, which take minutes to make, come
+from the package's `offline_assets/` (1 MB), which `build_assets` (the recipe) wrote and
+`benchmarks/offline_assets.py` rebuilds and checks.
+
 Gold scorer: the sum, over the words of the (truncated) response, of a fixed sentiment lexicon's
 weights (positive words +0.55..+1.0, negative words -0.55..-1.0, every other word 0). Each weight is
 distinct, so four samples rarely tie, and most sentences of the corpus carry a lexicon word, so the
@@ -21,6 +25,7 @@ score varies from sample to sample (dense, not a rare event).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import random
@@ -35,7 +40,7 @@ from lm_human_preference_details.cli import doing
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.lm_head import response_logprobs
-from lm_human_preference_details.model import Policy, disable_dropout
+from lm_human_preference_details.model import Policy, disable_dropout, load_lm
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.progress import progress
@@ -43,7 +48,8 @@ from lm_human_preference_details.queries import QuerySampler, format_queries, qu
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
 from lm_human_preference_details.tokenizer import N_VOCAB, gpt2_tokenizer
 
-VERSION = "offline-v4"
+VERSION = "offline-v5"  # v5: the unused tokens share one embedding row, 30 PPO updates (docs/offline.md)
+SHIPPED = Path(__file__).with_name("offline_assets")  # the recipe's model and labels, as built by build_assets
 POSITIVE = {"wonderful": 1.0, "lovely": 0.95, "happy": 0.9, "cheerful": 0.85, "bright": 0.8, "sunny": 0.75,
             "warm": 0.7, "kind": 0.65, "gentle": 0.6, "calm": 0.55}
 NEGATIVE = {"terrible": -1.0, "cruel": -0.95, "sad": -0.9, "gloomy": -0.85, "dark": -0.8, "angry": -0.75,
@@ -61,6 +67,7 @@ TIMES = ["in the morning", "after dinner", "at night", "before the rain", "every
 QUERY_LENGTH, RESPONSE_LENGTH = 32, 24
 NUM_LABELS, NUM_TRAIN = 2048, 1536
 TRUNCATE_TOKEN, TRUNCATE_AFTER, TEMPERATURE = 13, 16, 0.7
+TINY_GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}  # the offline task's model
 
 
 def offline_dir() -> Path:
@@ -125,6 +132,16 @@ def tiny_gpt2(seed: int = 0, n_layer: int = 2, n_embd: int = 64, n_head: int = 2
     return GPT2LMHeadModel(config)
 
 
+def corpus_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+    """The passages run on as one token stream, [n_tokens] (no EOS between them): what `pretrain` reads."""
+    return torch.tensor(tokenizer.encode(" ".join(texts)))
+
+
+def corpus_vocab(tokenizer) -> torch.Tensor:
+    """The tokens of the pretraining corpus (queries.txt's passages), sorted: [~150] ids."""
+    return torch.unique(corpus_stream(tokenizer, corpus(500, seed=1)))
+
+
 def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: int = 80, batch_size: int = 16,
              seq_len: int = 64, lr: float = 3e-3, seed: int = 0) -> None:
     """Brief next-token training of ``model`` on ``texts`` so that its samples read like the corpus.
@@ -135,7 +152,7 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
     every other token down.
     """
     g = torch.Generator().manual_seed(seed)
-    stream = torch.tensor(tokenizer.encode(" ".join(texts)))  # [n_tokens]: passages run on, no EOS
+    stream = corpus_stream(tokenizer, texts)  # [n_tokens]: passages run on, no EOS
     vocab, local = torch.unique(stream, return_inverse=True)  # the corpus's tokens; stream as indices into them
     wte = model.get_input_embeddings().weight  # tied with the LM head
     body = [p for p in model.parameters() if p is not wte]
@@ -180,6 +197,20 @@ def pretrain(model, tokenizer, texts: list[str], steps: int = 1200, full_steps: 
 
 
 @torch.no_grad()
+def share_unused_rows(model, vocab: torch.Tensor) -> None:
+    """Give every token outside ``vocab`` (the corpus's tokens) one shared embedding row: the mean of their rows.
+
+    After pretraining those ~50,100 rows differ from each other only by their random start and all point away from
+    the hidden states (the full-softmax steps pushed them down): one shared row keeps that, and makes the model 0.5 MB
+    to ship instead of 13 MB (the embedding is tied with the LM head, so the head is still all 50257 tokens wide).
+    """
+    wte = model.get_input_embeddings().weight  # [V, d]
+    unused = torch.ones(len(wte), dtype=torch.bool)
+    unused[vocab] = False
+    wte[unused] = wte[unused].double().mean(0).float()
+
+
+@torch.no_grad()
 def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> list[dict]:
     """Best-of-4 labels in OpenAI's schema from samples of ``policy``, the best picked by the gold scorer."""
     sampler = QuerySampler(tokenizer, dataset=str(queries_path), query_length=QUERY_LENGTH, start_text=".",
@@ -204,24 +235,76 @@ def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> lis
     return records[:n]
 
 
+def write_queries(out: Path) -> None:
+    """queries.txt (500 passages) and queries_test.txt (100 held-out ones) into ``out``."""
+    (out / "queries.txt").write_text("\n\n".join(corpus(500, seed=1)) + "\n")
+    (out / "queries_test.txt").write_text("\n\n".join(corpus(100, seed=2)) + "\n")
+
+
+def build_assets(out: Path) -> None:
+    """The recipe of the assets, into the existing directory ``out`` (minutes on a CPU, with progress on stderr).
+
+    Bit-identical on the same machine with the same thread count; `ship` keeps its model and labels in the package.
+    """
+    torch.manual_seed(0)
+    tokenizer = gpt2_tokenizer()
+    write_queries(out)
+    model = tiny_gpt2(seed=0, **TINY_GPT2)
+    pretrain(model, tokenizer, corpus(500, seed=1))
+    share_unused_rows(model, corpus_vocab(tokenizer))
+    model.save_pretrained(out / "tiny-gpt2")
+    tokenizer.save_pretrained(out / "tiny-gpt2")
+    policy = Policy(disable_dropout(model), tokenizer.pad_token_id, TEMPERATURE)
+    labels = make_labels(policy, tokenizer, out / "queries.txt", NUM_LABELS, seed=3)
+    (out / "labels.json").write_text(json.dumps(labels))
+
+
+def ship(built: Path, shipped: Path) -> None:
+    """``built`` (by build_assets) -> ``shipped``: tiny-gpt2.safetensors (the weights, the shared row once) and
+    labels.json.gz (labels.json's bytes)."""
+    from safetensors.torch import save_file
+
+    state = load_lm(str(built / "tiny-gpt2")).state_dict()
+    wte = state.pop("transformer.wte.weight")  # [V, d], tied: lm_head.weight is the same tensor
+    state.pop("lm_head.weight")
+    vocab = corpus_vocab(gpt2_tokenizer())
+    unused = torch.ones(len(wte), dtype=torch.bool)
+    unused[vocab] = False
+    shared = wte[unused][0]  # the row every unused token has (share_unused_rows)
+    if not torch.equal(wte[unused], shared.expand(int(unused.sum()), -1)):
+        raise ValueError(f"{built / 'tiny-gpt2'}: the unused tokens' rows differ; build_assets shares them")
+    state.update({"wte.vocab": vocab, "wte.rows": wte[vocab], "wte.shared": shared})
+    shipped.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(shipped / "tiny-gpt2.safetensors"))
+    with gzip.GzipFile(shipped / "labels.json.gz", "wb", mtime=0) as f:  # mtime 0: the same bytes every time
+        f.write((built / "labels.json").read_bytes())
+
+
+def unship(shipped: Path, out: Path) -> None:
+    """The inverse of `ship`: tiny-gpt2/ (with the tokenizer) and labels.json into ``out``."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(shipped / "tiny-gpt2.safetensors"))
+    vocab, rows, shared = state.pop("wte.vocab"), state.pop("wte.rows"), state.pop("wte.shared")
+    wte = shared.expand(N_VOCAB, len(shared)).clone()  # [V, d]
+    wte[vocab] = rows
+    model = tiny_gpt2(seed=0, **TINY_GPT2)
+    model.load_state_dict({**state, "transformer.wte.weight": wte, "lm_head.weight": wte})
+    model.save_pretrained(out / "tiny-gpt2")
+    gpt2_tokenizer().save_pretrained(out / "tiny-gpt2")
+    (out / "labels.json").write_bytes(gzip.decompress((shipped / "labels.json.gz").read_bytes()))
+
+
 def ensure_offline_assets(out: Path | None = None) -> Path:
-    """Build the offline task's assets once (minutes on a CPU, with progress on stderr); return their directory."""
+    """Write the offline task's assets once (seconds: the passages, and the package's model and labels); -> their
+    directory."""
     out = Path(out or offline_dir())
     if (out / "labels.json").exists():
         return out
     with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True) as tmp:
         print(f"creating the offline task's assets in {out} (once)")
-        torch.manual_seed(0)
-        tokenizer = gpt2_tokenizer()
-        (tmp / "queries.txt").write_text("\n\n".join(corpus(500, seed=1)) + "\n")
-        (tmp / "queries_test.txt").write_text("\n\n".join(corpus(100, seed=2)) + "\n")
-        model = tiny_gpt2(seed=0, n_layer=2, n_embd=64, n_head=2, n_positions=128)
-        pretrain(model, tokenizer, corpus(500, seed=1))
-        model.save_pretrained(tmp / "tiny-gpt2")
-        tokenizer.save_pretrained(tmp / "tiny-gpt2")
-        policy = Policy(disable_dropout(model), tokenizer.pad_token_id, TEMPERATURE)
-        labels = make_labels(policy, tokenizer, tmp / "queries.txt", NUM_LABELS, seed=3)
-        (tmp / "labels.json").write_text(json.dumps(labels))
+        write_queries(tmp)
+        unship(SHIPPED, tmp)
     return out
 
 
@@ -302,7 +385,7 @@ def task() -> OfflineTask:
         labels=LabelHParams(num_train=NUM_TRAIN, source=str(d / "labels.json")),
         train_reward={"batch_size": 8, "lr": 3e-3, "rollout_batch_size": 256, "normalize_samples": 256,
                       "eval_labels": NUM_LABELS - NUM_TRAIN},
-        ppo={"total_episodes": 3840, "batch_size": 64, "lr": 1e-3, "whiten_rewards": True},
+        ppo={"total_episodes": 1920, "batch_size": 64, "lr": 2e-3, "whiten_rewards": True},  # 30 updates: docs/offline.md
         rewards={"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
         run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
         gpu_sized=False,  # minutes on a CPU: --device auto keeps the CPU

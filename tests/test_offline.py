@@ -78,6 +78,57 @@ def test_make_labels_in_oai_schema(tokenizer, tiny_model_dir, tmp_path):
     assert torch.equal(labels["best"], gold.argmax(1))  # the best sample is the gold argmax
 
 
+def test_share_unused_rows_gives_the_unused_tokens_their_mean_row():
+    model = offline.tiny_gpt2(seed=0, n_layer=1, n_embd=8, n_head=2, n_positions=16)
+    wte = model.get_input_embeddings().weight.detach().clone()  # [V, 8]
+    vocab = torch.tensor([3, 50, 13, 50256])
+    offline.share_unused_rows(model, vocab)
+    after = model.get_input_embeddings().weight
+    unused = [t for t in range(len(wte)) if t not in {3, 50, 13, 50256}]
+    by_hand = wte[unused].double().sum(0) / len(unused)
+    assert torch.allclose(after[unused], by_hand.float().expand(len(unused), 8), atol=1e-7, rtol=0)
+    assert torch.equal(after[vocab], wte[vocab])  # the corpus's tokens keep their own rows
+    assert model.lm_head.weight is after  # the head is tied: still all 50257 tokens wide
+
+
+def test_ship_then_unship_gives_back_the_built_assets(tokenizer, tmp_path):
+    built, shipped, out = tmp_path / "built", tmp_path / "shipped", tmp_path / "out"
+    for d in (built, out):
+        d.mkdir()
+    model = offline.tiny_gpt2(seed=5, **offline.TINY_GPT2)
+    offline.share_unused_rows(model, offline.corpus_vocab(tokenizer))
+    model.save_pretrained(built / "tiny-gpt2")
+    tokenizer.save_pretrained(built / "tiny-gpt2")
+    (built / "labels.json").write_text('[{"query": [1, 50259], "sample0": [2], "sample1": [3], "sample2": [4], '
+                                       '"sample3": [5], "best": 2}]')
+    offline.ship(built, shipped)
+    assert sum(f.stat().st_size for f in shipped.iterdir()) < 1_000_000  # 13 MB as a Hugging Face directory
+    offline.unship(shipped, out)
+    assert (out / "labels.json").read_bytes() == (built / "labels.json").read_bytes()
+    a, b = load_lm(str(built / "tiny-gpt2")).state_dict(), load_lm(str(out / "tiny-gpt2")).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_shipped_assets_are_best_of_4_labels_of_the_gold_scorer(tokenizer, tmp_path):
+    """What a first run unpacks: the passages, the tiny GPT-2 with the shared row, and 2,048 labels whose best sample
+    is, every time, the gold scorer's pick among the four (its schema as OpenAI's files)."""
+    out = offline.ensure_offline_assets(tmp_path / offline.VERSION)
+    assert (out / "queries.txt").read_text() == "\n\n".join(offline.corpus(500, seed=1)) + "\n"
+    lm = load_lm(str(out / "tiny-gpt2"))
+    assert lm.config.vocab_size == 50257 and lm.config.n_layer == 2
+    wte, vocab = lm.get_input_embeddings().weight, offline.corpus_vocab(tokenizer)
+    unused = torch.ones(len(wte), dtype=torch.bool)
+    unused[vocab] = False
+    assert torch.equal(wte[unused], wte[unused][:1].expand(int(unused.sum()), -1))  # one shared row
+    assert not torch.equal(wte[vocab], wte[unused][: len(vocab)])
+    labels = load_best_of_n_labels(out / "labels.json", n=4, query_length=offline.QUERY_LENGTH,
+                                   response_length=offline.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
+    assert len(labels["best"]) == offline.NUM_LABELS
+    gold = offline.gold_scores(tokenizer, labels["samples"].reshape(-1, offline.RESPONSE_LENGTH)).view(-1, 4)
+    assert torch.equal(labels["best"], gold.argmax(1))
+    assert (gold.max(1).values > gold.min(1).values).float().mean() > 0.9  # the four samples' scores differ
+
+
 def test_offline_task_end_to_end(tmp_path, offline_cache):
     """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score."""
     env = {**os.environ, "LMHP_CACHE": str(offline_cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
