@@ -9,6 +9,7 @@ unknown). Bars never touch a random generator or the order of any computation: t
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Iterable, Optional
 
@@ -30,7 +31,9 @@ class _Lines:
 
     def write(self, text: str) -> None:
         line = text.replace("\r", "").rstrip()
-        count = line.rsplit(" [", 1)[0]  # without the times and rate: tqdm redraws the final count on close
+        # without the bar's blocks (their width follows the rate's text), the times and rate: tqdm redraws the final
+        # count on close
+        count = re.sub(r"\|[^|]*\|", "|", line).rsplit(" [", 1)[0]
         if line and count != self.last:
             self.stream.write(line + "\n")
             self.last = count

@@ -43,3 +43,16 @@ def test_unknown_total_in_a_log_file_is_not_redrawn_every_step():
     bar.close()
     lines = log.getvalue().splitlines()
     assert 1 <= len(lines) <= 3 and "1000" in lines[-1]
+
+
+def test_the_final_count_is_one_line_whatever_width_the_rate_leaves_the_bar():
+    """tqdm redraws the final count on close; a rate of another length there changes the bar's width, not the count."""
+    from lm_human_preference_details.progress import _Lines
+
+    log = io.StringIO()
+    lines = _Lines(log)
+    lines.write("\rlabels: 100%|██████████| 200/200 [00:00<00:00, 1234.56it/s]")
+    lines.write("\rlabels: 100%|███████████| 200/200 [00:00<00:00, 999.12it/s]")
+    lines.write("\rlabels: 100%|███████████| 201/201 [00:00<00:00, 999.12it/s]")
+    assert log.getvalue().splitlines() == ["labels: 100%|██████████| 200/200 [00:00<00:00, 1234.56it/s]",
+                                           "labels: 100%|███████████| 201/201 [00:00<00:00, 999.12it/s]"]
