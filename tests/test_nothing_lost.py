@@ -256,6 +256,7 @@ def fake_train(out: Path, updates: int = 4, **kw) -> list[float]:
     with Run(run_args(out, **kw), "policy", inputs=[], ranks=Ranks(1, 1)) as run:
         first = run.start({"seed": 1}, {"layer": layer, "optimizer": optimizer})
         for update in run.updates(first, updates, "policy"):
+            run.wait_checkpoint_copy()  # as train_policy.py before its PPO epochs: the last save's copy is taken
             optimizer.zero_grad()
             loss = layer(torch.ones(1, 2)).sum()
             loss.backward()

@@ -47,6 +47,7 @@ def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
         objects = {"layer": layer, "optimizer": optimizer} if kind == "policy" else {}
         first = run.start({"seed": 1}, objects)
         for update in run.updates(first, updates, kind):
+            run.wait_checkpoint_copy()  # as train_policy.py before its PPO epochs
             optimizer.zero_grad()
             layer(torch.ones(1, 2)).sum().backward()
             optimizer.step()
