@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.files import atomic_path, disk_full
+from lm_human_preference_details.files import atomic_path, disk_full, sha256_of
 
 EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
@@ -144,19 +144,10 @@ def write_state(state: dict, path: Path) -> None:
     torch.save(state, path)
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read a MiB at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_checksums(directory: Path) -> None:
     """DIRECTORY/SHA256SUMS: the sha256 of each file in ``directory``, one ``HEX  NAME`` line each (sha256sum's)."""
     files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != CHECKSUMS)
-    (Path(directory) / CHECKSUMS).write_text("".join(f"{file_sha256(p)}  {p.name}\n" for p in files))
+    (Path(directory) / CHECKSUMS).write_text("".join(f"{sha256_of(p)}  {p.name}\n" for p in files))
 
 
 def fall_back(path: Path) -> str:
@@ -176,7 +167,7 @@ def verify_checksums(path: Path) -> None:
     for line in sums.read_text(errors="replace").splitlines():
         digest, _, name = line.partition("  ")
         file = Path(path) / name
-        if not name or not file.is_file() or file_sha256(file) != digest:
+        if not name or not file.is_file() or sha256_of(file) != digest:
             raise UserError(f"checkpoint {path} is corrupt: {file} does not match its sha256 in {sums}; {fall_back(path)}")
 
 

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
 from lm_human_preference_details.cli import UserError, doing
-from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.files import atomic_path, sha256_of
 from lm_human_preference_details.progress import progress
 
 OAI_URL = "https://openaipublic.blob.core.windows.net/lm-human-preferences"  # OpenAI's public container
@@ -90,15 +90,6 @@ def cache_path_of(url: str, cache_dir: str | os.PathLike | None = None) -> Path:
     if parts.query:
         name += "-" + hashlib.sha256(parts.query.encode()).hexdigest()[:12]
     return Path(cache_dir or files.CACHE_DIR, parts.netloc.replace(":", "_"), *segments, name)
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _sidecar(path: Path) -> Path:

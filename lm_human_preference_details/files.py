@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import socket
@@ -101,3 +102,12 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False) -> Iterator[Path
             os.replace(target, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read a MiB at a time (downloads' sidecars, checkpoints' SHA256SUMS)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
