@@ -69,6 +69,18 @@ def tiny_model_dir(assets) -> Path:
     return assets / "tiny-gpt2"
 
 
+@pytest.fixture(scope="session")
+def reward_model(assets, tmp_path_factory) -> Path:
+    """A saved tiny reward model the policy script accepts (no reward run needed)."""
+    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.tokenizer import load_tokenizer
+
+    path = tmp_path_factory.mktemp("reward") / "reward_model"
+    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
+    save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer, {})
+    return path
+
+
 @pytest.fixture()
 def eager_and_compiled():
     """A function that runs ``fn()`` once with the plain GPT-2 blocks and once with --compile's -> (eager, compiled)."""

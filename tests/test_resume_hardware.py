@@ -84,17 +84,6 @@ def metrics(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("ppo/elapsed/time", "ppo/elapsed/fps")} for r in rows]
 
 
-@pytest.fixture(scope="module")
-def reward_model(assets, tmp_path_factory) -> Path:
-    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
-
-    path = tmp_path_factory.mktemp("reward") / "reward_model"
-    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
-    save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer, {})
-    return path
-
-
 def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, tmp_path):
     policy(assets, reward_model, tmp_path / "one", 1)  # uninterrupted, 1 process
     policy(assets, reward_model, tmp_path / "two", 2)  # uninterrupted, 2 processes

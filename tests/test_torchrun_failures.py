@@ -18,8 +18,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from lm_human_preference_details.run_dir import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,18 +45,6 @@ INJECT = textwrap.dedent('''
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             tracking.Tracker.log = full_log
 ''')
-
-
-@pytest.fixture(scope="module")
-def reward_model(assets, tmp_path_factory) -> Path:
-    """A saved tiny reward model the policy script accepts (no reward run needed)."""
-    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
-
-    path = tmp_path_factory.mktemp("reward") / "reward_model"
-    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
-    save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer, {})
-    return path
 
 
 def torchrun_policy(assets, reward_model, tmp_path, run_dir, *extra, inject: str = "") -> subprocess.CompletedProcess:
