@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-# Before torch loads: its CPU allocator then backs large tensors with 2 MiB pages, instead of faulting in a
-# fresh 4 KiB page at a time (a [50257, 768] gradient took 0.19 s to zero, 0.05 s with this; docs/speed.md)
+# Before torch loads: large CPU tensors get 2 MiB pages, not 4 KiB ones faulted in one at a time (docs/speed.md)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch

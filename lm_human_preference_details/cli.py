@@ -289,7 +289,7 @@ class RunArgs:
     exact_ranks: bool = False
     """what: each emulated rank takes its own forward and backward passes and statistics, added in a fixed tree, so 1,
     2, 4 or 8 processes give bit-identical runs (with equal CPU threads per process); cost: a process runs one pass
-    per rank it holds instead of one fused pass (a tiny CPU update: 19% slower). Off: the same maths up to float
+    per rank it holds instead of one fused pass (measured in docs/ranks.md). Off: the same maths up to float
     summation order. On in the offline demo"""
     micro_batch_sequences: int = 0
     """query-response sequences per forward pass, to fit memory (0: all at once): a sampled query or an episode is one,
@@ -301,7 +301,7 @@ class RunArgs:
     tf32: bool = True
     """TF32 matmuls on CUDA (a numerics deviation from the original's fp32, README); --no-tf32 for full fp32"""
     compile: bool = False
-    """torch.compile the GPT-2 blocks' layer norms, GELU and residual adds (same maths; compiles for ~1 min first)"""
+    """torch.compile the GPT-2 blocks' layer norms, GELU and residual adds (same maths; a slow first update, docs/speed.md)"""
     track: bool = False
     """also log to Weights & Biases"""
     wandb_project: str = "lm-human-preferences"

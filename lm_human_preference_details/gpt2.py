@@ -3,7 +3,7 @@
 Under OAI `language/model.py` (FIDELITY B1 pad mask and positions, B2 last real token) a pad is never attended to, does not
 advance positions,
 and its own output is a copy of the last real token's. So a pad changes nothing, and computing it is
-waste: queries are right-padded to 64 tokens (16% of the positions in benchmarks/speed.py). Here the linear layers,
+waste: queries are right-padded to 64 tokens (docs/speed.md counts the pads). Here the linear layers,
 layer norms and MLPs (nearly all the work) run on the real tokens of the batch packed into one
 [n_real, d] matrix. Attention puts them back into a [batch, longest, d] layout with each sequence's
 real tokens left-aligned: a real token's column there is its position id (B1 pad mask and positions: the exclusive cumsum), so

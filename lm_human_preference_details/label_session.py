@@ -9,6 +9,7 @@ The journal is the truth: a session killed at any point (kill -9 included) resta
 and shows the same items. OUTPUT is ours only while our journal sits beside it and OUTPUT holds what that journal
 says; anything else at either path is the user's and is never written (docs/runs.md). Every method that changes the
 session holds one lock, so two browser tabs never label one item twice.
+Journal holds the journal's file (lock, read, append); LabelSession holds the decisions and answers the page.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def render(items: list[dict], best: dict[int, int]) -> bytes:
     records = [{"query": items[i]["query"], **{f"sample{j}": s for j, s in enumerate(items[i]["samples"])}, "best": b}
                for i, b in sorted(best.items())]
     return json.dumps(records).encode()
+
+
+def write_label_file(output: Path, data: bytes) -> None:
+    """Rewrite the label file: a temporary, fsynced, renamed into place."""
+    with atomic_path(output) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    fsync_dir(output.parent)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -78,10 +89,98 @@ class Decisions:
         return item not in self.best and item not in self.skipped
 
 
+class Journal:
+    """A session's journal file, open and locked (flock) while the session runs: read once, then appended to."""
+
+    def __init__(self, path: Path, handle):
+        self.path, self.handle = path, handle
+
+    @classmethod
+    def lock(cls, output: Path) -> Journal:
+        """The journal beside ``output``, opened and locked; one-line UserError when another session holds it."""
+        path = journal_path(output)
+        try:
+            handle = open(path, "r+b")
+        except OSError as e:
+            raise UserError(f"cannot open {path} ({e.strerror}); pass another --output") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(f"--output {output} is being labelled by another session (it holds {path.name}); "
+                            "use that page, or stop it first") from None
+        return cls(path, handle)
+
+    @classmethod
+    def write_new(cls, output: Path, header: dict) -> Journal:
+        """A new journal of ``header`` alone, written whole under a temporary name and linked into place (refused if a
+        file appeared there meanwhile), then locked."""
+        path = journal_path(output)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{path.name}~", dir=output.parent)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file's journal need not be
+            with os.fdopen(fd, "wb") as f:
+                f.write(json.dumps(header).encode() + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UserError(f"{path} appeared while the items were sampled; pass another --output") from None
+        finally:
+            os.unlink(tmp)
+        fsync_dir(output.parent)
+        handle = open(path, "r+b")
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return cls(path, handle)
+
+    def read(self, output: Path) -> tuple[dict, list[dict], int]:
+        """The header, the complete events, and the byte length of the complete lines; one-line UserError for a file
+        that is not our journal of ``output``."""
+        data = self.handle.read()
+        lines = data.split(b"\n")
+        complete = len(data) - len(lines[-1])  # the last piece has no newline: cut by a kill, or empty
+        try:
+            header = json.loads(lines[0]) if complete else None
+            events = [json.loads(line) for line in lines[1:-1]]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            header = events = None
+        if not isinstance(header, dict) or header.get("lmhp_label_session") != VERSION or events is None:
+            raise UserError(f"{self.path} is not a labelling session's journal, so --output {output} is not ours to "
+                            "write; pass another --output")
+        if header.get("output") != output.name:
+            raise UserError(f"{self.path} is the journal of {header.get('output')}, not of {output.name}; pass another "
+                            "--output")
+        return header, events, complete
+
+    def cut_to(self, complete: int) -> None:
+        """Drop a last line cut by a kill: it was never acknowledged."""
+        if complete < self.path.stat().st_size:
+            self.handle.truncate(complete)
+            os.fsync(self.handle.fileno())
+
+    def append(self, event: dict) -> None:
+        """Write ``event`` as one line and fsync it; a line that could not be written whole is taken back."""
+        line = json.dumps({**event, "time": round(time.time(), 3)}).encode() + b"\n"
+        fd = self.handle.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "the journal took part of the line")
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, end)  # a choice that was not saved leaves no line behind (the page says so)
+            raise
+
+    def close(self) -> None:
+        self.handle.close()
+
+
 class LabelSession:
     """A session's items and decisions, its locked journal and its label file; thread-safe."""
 
-    def __init__(self, output: Path, journal, header: dict, events: list[dict]):
+    def __init__(self, output: Path, journal: Journal, header: dict, events: list[dict]):
         self.output, self.journal, self.header = output, journal, header
         self.items: list[dict] = header["items"]
         self.decisions = Decisions()
@@ -95,69 +194,39 @@ class LabelSession:
     def resume(cls, output: Path, flags: dict) -> Optional[LabelSession]:
         """The session whose journal sits beside ``output``, checked and locked; None when there is none (and ``output``
         is free for a new one). One-line UserError for anything at these paths that is not ours, or another session's."""
-        journal = journal_path(output)
-        if output.is_dir() or journal.is_dir():
+        path = journal_path(output)
+        if output.is_dir() or path.is_dir():
             raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
-        if not journal.exists():
+        if not path.exists():
             if output.exists():
-                raise UserError(f"--output {output} exists and no labelling session wrote it (no {journal.name} beside "
+                raise UserError(f"--output {output} exists and no labelling session wrote it (no {path.name} beside "
                                 "it); pass a new path: the tool never overwrites a file it did not write")
             check_writable(output.parent)
             return None
+        journal = Journal.lock(output)
         try:
-            handle = open(journal, "r+b")
-        except OSError as e:
-            raise UserError(f"cannot open {journal} ({e.strerror}); pass another --output") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise UserError(f"--output {output} is being labelled by another session (it holds {journal.name}); "
-                            "use that page, or stop it first") from None
-        try:
-            header, events, complete = read_journal(handle, journal, output)
+            header, events, complete = journal.read(output)
             check_flags(header, flags, output)
-            session = cls(output, handle, header, events[:-1])
+            session = cls(output, journal, header, events[:-1])
             renders = [render(session.items, session.decisions.best)]  # before the last choice, and after it
             for event in events[-1:]:
                 session.decisions.apply(event)
                 renders.append(render(session.items, session.decisions.best))
-            check_output_is_ours(output, journal, renders)
+            check_output_is_ours(output, journal.path, renders)
         except UserError:
-            handle.close()
+            journal.close()
             raise
-        if complete < journal.stat().st_size:  # a line cut by a kill: never acknowledged, so dropped
-            handle.truncate(complete)
-            os.fsync(handle.fileno())
+        journal.cut_to(complete)
         if not output.exists() or output.read_bytes() != renders[-1]:
             session.write_output()
         return session
 
     @classmethod
     def create(cls, output: Path, flags: dict, items: list[dict]) -> LabelSession:
-        """A new session: its journal written whole under a temporary name and linked into place (refused if a file
-        appeared there meanwhile), then an empty label file."""
-        journal = journal_path(output)
+        """A new session: its journal (Journal.write_new), then an empty label file."""
         output.parent.mkdir(parents=True, exist_ok=True)
         header = {"lmhp_label_session": VERSION, "output": output.name, "flags": flags, "items": items}
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{journal.name}~", dir=output.parent)
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file's journal need not be
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(header).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, journal)
-        except FileExistsError:
-            raise UserError(f"{journal} appeared while the items were sampled; pass another --output") from None
-        finally:
-            os.unlink(tmp)
-        fsync_dir(output.parent)
-        handle = open(journal, "r+b")
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        session = cls(output, handle, header, [])
+        session = cls(output, Journal.write_new(output, header), header, [])
         session.write_output()
         return session
 
@@ -211,28 +280,13 @@ class LabelSession:
 
     def _record(self, event: dict) -> None:
         """Journal ``event`` durably, apply it, then rewrite the label file."""
-        line = json.dumps({**event, "time": round(time.time(), 3)}).encode() + b"\n"
-        fd = self.journal.fileno()
-        end = os.lseek(fd, 0, os.SEEK_END)
-        try:
-            if os.write(fd, line) != len(line):
-                raise OSError(errno.ENOSPC, "the journal took part of the line")
-            os.fsync(fd)
-        except OSError:
-            os.ftruncate(fd, end)  # a choice that was not saved leaves no line behind (the page says so)
-            raise
+        self.journal.append(event)
         self.decisions.apply(event)
         self.write_output()
 
     def write_output(self) -> None:
-        """Rewrite the label file from the decisions: a temporary, fsynced, renamed into place."""
-        data = render(self.items, self.decisions.best)
-        with atomic_path(self.output) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        fsync_dir(self.output.parent)
+        """Rewrite the label file from the decisions."""
+        write_label_file(self.output, render(self.items, self.decisions.best))
 
     def _next_item(self, client: str) -> Optional[int]:
         """The item this client holds if still open, else the first open item no other tab holds (leases expire)."""
@@ -255,25 +309,6 @@ class LabelSession:
         return {"item": item, "labelled": len(self.decisions.best), "skipped": len(self.decisions.skipped),
                 "total": len(self.items), "can_undo": bool(self.decisions.history.get(client)),
                 "output": str(self.output)}
-
-
-def read_journal(handle, journal: Path, output: Path) -> tuple[dict, list[dict], int]:
-    """A journal's header, its complete events, and the byte length of its complete lines; one line for a file that
-    is not our journal of ``output``."""
-    data = handle.read()
-    lines = data.split(b"\n")
-    complete = len(data) - len(lines[-1])  # the last piece has no newline: cut by a kill, or empty
-    try:
-        header = json.loads(lines[0]) if complete else None
-        events = [json.loads(line) for line in lines[1:-1]]
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        header = events = None
-    if not isinstance(header, dict) or header.get("lmhp_label_session") != VERSION or events is None:
-        raise UserError(f"{journal} is not a labelling session's journal, so --output {output} is not ours to write; "
-                        "pass another --output")
-    if header.get("output") != output.name:
-        raise UserError(f"{journal} is the journal of {header.get('output')}, not of {output.name}; pass another --output")
-    return header, events, complete
 
 
 def check_flags(header: dict, flags: dict, output: Path) -> None:

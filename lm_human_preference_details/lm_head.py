@@ -85,7 +85,7 @@ def sample_step(h: torch.Tensor, weight: torch.Tensor, temperature: float, gener
 
 def head_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """[n, d] hidden, [V, d] LM head -> [n, V] logits h @ W.T in float32 at least (autocast off), as (W @ h.T).T."""
-    # the same products; with the vocabulary as the rows of the product, MKL runs 1.2-1.5x faster on a CPU
+    # the same products; with the vocabulary as the rows of the product MKL runs faster on a CPU (docs/speed.md)
     with full_precision(h.device):
         return (_at_least_fp32(weight) @ _at_least_fp32(h).t()).t().contiguous()
 
@@ -101,8 +101,7 @@ GPU_CHUNK_ELEMENTS = 2**27  # on a GPU, logits of up to 512 MiB of float32 per c
 
 def logprob_chunk_rows(vocab: int, device: torch.device) -> int:
     """Rows of logits per chunk: 64 on a CPU (they stay in cache), else as many as fit in GPU_CHUNK_ELEMENTS."""
-    # a GPU needs big products to be busy: at 64 rows, a batch of 512 took 192 chunks of ~10 small kernels each, and
-    # launching them took longer than running them (0.1 s per forward pass at 124M, 8x its GPU time)
+    # a GPU needs big products to be busy: 64-row chunks' small kernels take longer to launch than to run (docs/speed.md)
     return 64 if device.type == "cpu" else max(64, GPU_CHUNK_ELEMENTS // vocab)
 
 

@@ -14,7 +14,7 @@ use, and cached in `offline_dir()`:
     labels.json                      best-of-4 labels in OpenAI's exact schema (pads 50259)
 
 The passages are written at first use (a second); the model and the labels, which take minutes to make, come
-from the package's `offline_assets/` (1 MB), which `build_assets` (the recipe) wrote and
+from the package's `offline_assets/` (docs/offline.md), which `build_assets` (the recipe) wrote and
 `benchmarks/offline_assets.py` rebuilds and checks.
 
 Gold scorer: the sum, over the words of the (truncated) response, of a fixed sentiment lexicon's
@@ -201,8 +201,8 @@ def share_unused_rows(model, vocab: torch.Tensor) -> None:
     """Give every token outside ``vocab`` (the corpus's tokens) one shared embedding row: the mean of their rows.
 
     After pretraining those ~50,100 rows differ from each other only by their random start and all point away from
-    the hidden states (the full-softmax steps pushed them down): one shared row keeps that, and makes the model 0.5 MB
-    to ship instead of 13 MB (the embedding is tied with the LM head, so the head is still all 50257 tokens wide).
+    the hidden states (the full-softmax steps pushed them down): one shared row keeps that, and keeps the shipped model
+    small (docs/offline.md; the embedding is tied with the LM head, so the head is still all 50257 tokens wide).
     """
     wte = model.get_input_embeddings().weight  # [V, d]
     unused = torch.ones(len(wte), dtype=torch.bool)
