@@ -30,7 +30,9 @@ from urllib.parse import parse_qs, urlsplit
 import torch
 import tyro
 
-from lm_human_preference_details.cli import Interrupted, UserError, check_at_least, pick_device, run_main
+from lm_human_preference_details.cli import check_at_least
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import Interrupted, UserError, run_main
 from lm_human_preference_details.label_session import N_SAMPLES, LabelSession
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.oai_checkpoints import resolve_policy

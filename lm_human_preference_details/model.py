@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
 from lm_human_preference_details.lm_head import full_precision, response_logprobs, sample_categorical, sample_step

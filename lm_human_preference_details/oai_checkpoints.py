@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL
+from lm_human_preference_details.errors import UserError
 
 OAI_RUNS_URL = f"{OAI_URL}/runs"
 SCOPES = {"policy": "policy", "reward": "reward_model"}  # the original's variable scopes (train_policy.py, rewards.py)

@@ -36,7 +36,7 @@ from lm_human_preference_details.checkpoint import (
     save_errors,
     training_state,
 )
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress

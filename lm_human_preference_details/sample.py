@@ -23,7 +23,9 @@ from typing import Optional
 import torch
 import tyro
 
-from lm_human_preference_details.cli import UserError, check_output_dir, expand_home, pick_device, run_main
+from lm_human_preference_details.cli import check_output_dir, expand_home
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.model import (
     Policy,

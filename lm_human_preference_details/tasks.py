@@ -21,8 +21,9 @@ from typing import Callable, Optional, TypeVar
 
 import tyro
 
-from lm_human_preference_details.cli import UserError, check_at_least, check_positive, expand_home
+from lm_human_preference_details.cli import check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
@@ -148,7 +149,7 @@ class Task:
     heldout_query_dataset: Optional[str] = None
     """a local query file held out for evaluation, when the task's corpus is local (the original's datasets have modes)"""
     gpu_sized: bool = True
-    """a run takes days on a CPU (GPT-2 124M and up): --device auto refuses to fall back to the CPU (cli.pick_device)"""
+    """a run takes days on a CPU (GPT-2 124M and up): --device auto refuses to fall back to the CPU (devices.pick_device)"""
 
     def prepare(self) -> None:
         """Make the local assets the task needs, once (the original's tasks download theirs as they go)."""

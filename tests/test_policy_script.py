@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import train_policy
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam
 from lm_human_preference_details.ranks import Ranks
