@@ -38,6 +38,7 @@ from lm_human_preference_details.checkpoint import (
 )
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
+from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress
 from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
@@ -146,8 +147,6 @@ def check_finite(where: str, **values: Any) -> None:
 def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
     """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
     train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
-    from lm_human_preference_details.tasks import parse_args
-
     try:
         result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
     except JobFailed:  # agreed by every process: none waits in a collective any more
