@@ -38,6 +38,7 @@ from lm_human_preference_details.checkpoint import (
 )
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
+from lm_human_preference_details.model import save_model_dir
 from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress
@@ -346,8 +347,6 @@ class Run:
     def save(self, done: int) -> Path:
         """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
         training checkpoint and the models' directories (process 0; every process takes part in gathering)."""
-        from lm_human_preference_details.model import save_model_dir
-
         state = training_state(done, self.objects, config=self.identity, tracker=self.tracker.state_dict(),
                                elapsed=self.elapsed)
         if not self.is_main:
@@ -365,8 +364,6 @@ class Run:
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
         """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
         every process waits until it is there."""
-        from lm_human_preference_details.model import save_model_dir
-
         path = self.dir / name
         with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
             if self.is_main:

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from lm_human_preference_details.cli import check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.model import base_model_config, context_length
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
@@ -90,8 +91,6 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
     its hub config), the query file (its format and texts, and one usable query with the task's start and end text;
     for oai-label-queries, ``labels_source``'s queries), a truncate token in its vocabulary and room in its context
     for prefix + query + suffix + response."""
-    from lm_human_preference_details.model import base_model_config, context_length
-
     task = task.resolved()
     config = base_model_config(base_model)  # first: the query file's check encodes texts with its tokenizer
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
