@@ -37,7 +37,8 @@ import tyro
 
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
+from lm_human_preference_details.cli import RunArgs, check_at_least, check_positive, expand_home
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import (
     Policy,

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import RunArgs, UserError, check_at_least, check_positive, expand_home, run_main
+from lm_human_preference_details.cli import RunArgs, check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import fetch_oai
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm

@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
-from lm_human_preference_details.cli import UserError, expand_home, run_main  # noqa: E402
+from lm_human_preference_details.cli import expand_home  # noqa: E402
+from lm_human_preference_details.errors import UserError, run_main  # noqa: E402
 from lm_human_preference_details.plots import (  # noqa: E402
     BadMetricsRow,
     Panel,

@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: train_policy.py sits at the repository root
 
 import train_policy  # noqa: E402
-from lm_human_preference_details.cli import pick_device  # noqa: E402
+from lm_human_preference_details.devices import pick_device  # noqa: E402
 from lm_human_preference_details.gpt2 import compile_blocks  # noqa: E402
 from lm_human_preference_details.model import Policy, RewardModel  # noqa: E402
 from lm_human_preference_details.optim import TF1Adam, annealed_lr  # noqa: E402

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, disk_full, sha256_of
 
 EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
-from lm_human_preference_details.cli import UserError, doing
+from lm_human_preference_details.errors import UserError, doing
 from lm_human_preference_details.files import atomic_path, sha256_of
 from lm_human_preference_details.progress import progress
 

@@ -30,16 +30,19 @@ from urllib.parse import parse_qs, urlsplit
 import torch
 import tyro
 
-from lm_human_preference_details.cli import Interrupted, UserError, check_at_least, pick_device, run_main
+from lm_human_preference_details.cli import check_at_least
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import Interrupted, UserError, run_main
 from lm_human_preference_details.label_session import N_SAMPLES, LabelSession
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.oai_checkpoints import resolve_policy
+from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import check_seed
 from lm_human_preference_details.sample import check_policy_path, decode, load_policy
-from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task, parse_args
+from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 
 PAGE = Path(__file__).with_name("label_page.html")

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.downloads import require_hub
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
 from lm_human_preference_details.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
@@ -148,8 +149,6 @@ def base_model_config(name_or_path: str, flag: str = "--base-model") -> dict:
         return check_model_files(name_or_path, flag, "save or copy the model again")
     from huggingface_hub import constants
     from transformers import AutoConfig
-
-    from lm_human_preference_details.downloads import require_hub
 
     require_hub(f"{flag} {name_or_path}", f"pass {flag} DIR, a local model directory")
     try:

@@ -26,8 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_human_preference_details.cli import UserError
-from lm_human_preference_details.downloads import OAI_URL
+from lm_human_preference_details import files
+from lm_human_preference_details.downloads import OAI_URL, DownloadError, fetch
+from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.model import Policy, RewardModel, save_model_dir
+from lm_human_preference_details.tokenizer import gpt2_tokenizer
 
 OAI_RUNS_URL = f"{OAI_URL}/runs"
 SCOPES = {"policy": "policy", "reward": "reward_model"}  # the original's variable scopes (train_policy.py, rewards.py)
@@ -221,9 +224,6 @@ def convert_model_dir(model_dir: str | Path, kind: str, out: str | Path, task: d
     """
     from transformers import GPT2LMHeadModel
 
-    from lm_human_preference_details.model import Policy, RewardModel, save_model_dir
-    from lm_human_preference_details.tokenizer import gpt2_tokenizer
-
     model_dir = Path(model_dir)
     try:
         hparams = json.loads((model_dir / "hparams.json").read_text())
@@ -289,8 +289,6 @@ def _run_task(run_dir: Path) -> dict | None:
 
 def download_oai_model(name: str, kind: str, cache_dir: str | Path | None = None) -> Path:
     """Download OAI_RUNS_URL/NAME/{policy,reward_model} (once, cached) -> the local model directory."""
-    from lm_human_preference_details.downloads import DownloadError, fetch
-
     if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", name) or ".." in name.split("/"):
         raise UserError(f"oai:{name} is not a run name like oai:descriptiveness")
     base = f"{OAI_RUNS_URL}/{name}"
@@ -321,8 +319,6 @@ def download_oai_model(name: str, kind: str, cache_dir: str | Path | None = None
 
 def resolve_model(path: str | Path, kind: str, cache_dir: str | Path | None = None) -> str:
     """`oai:NAME` or a local OAI TF model directory -> our converted directory (once, cached); else ``path``."""
-    from lm_human_preference_details import files
-
     path = str(path)  # train_reward.train returns a Path
     cache = Path(cache_dir or files.CACHE_DIR)
     if path.startswith("oai:"):

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from lm_human_preference_details import files
-from lm_human_preference_details.cli import doing
+from lm_human_preference_details.errors import doing
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.lm_head import response_logprobs

@@ -34,7 +34,8 @@ import torch
 import torch.distributed as dist
 
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
-from lm_human_preference_details.cli import UserError, pick_device
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import UserError
 
 SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, seed + rank * 100003
 

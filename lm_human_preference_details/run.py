@@ -36,8 +36,10 @@ from lm_human_preference_details.checkpoint import (
     save_errors,
     training_state,
 )
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
+from lm_human_preference_details.model import save_model_dir
+from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress
 from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
@@ -146,8 +148,6 @@ def check_finite(where: str, **values: Any) -> None:
 def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
     """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
     train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
-    from lm_human_preference_details.tasks import parse_args
-
     try:
         result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
     except JobFailed:  # agreed by every process: none waits in a collective any more
@@ -347,8 +347,6 @@ class Run:
     def save(self, done: int) -> Path:
         """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
         training checkpoint and the models' directories (process 0; every process takes part in gathering)."""
-        from lm_human_preference_details.model import save_model_dir
-
         state = training_state(done, self.objects, config=self.identity, tracker=self.tracker.state_dict(),
                                elapsed=self.elapsed)
         if not self.is_main:
@@ -366,8 +364,6 @@ class Run:
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
         """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
         every process waits until it is there."""
-        from lm_human_preference_details.model import save_model_dir
-
         path = self.dir / name
         with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
             if self.is_main:

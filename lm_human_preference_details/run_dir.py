@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Optional
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
 KINDS = ("reward", "policy", "sample")  # the two training scripts, and sample.py's output directory

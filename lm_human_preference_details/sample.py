@@ -23,7 +23,9 @@ from typing import Optional
 import torch
 import tyro
 
-from lm_human_preference_details.cli import UserError, check_output_dir, expand_home, pick_device, run_main
+from lm_human_preference_details.cli import check_output_dir, expand_home
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.model import (
     Policy,
@@ -35,11 +37,12 @@ from lm_human_preference_details.model import (
     load_model_dir,
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_policy, resolve_reward_model
+from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler, query_source
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run
-from lm_human_preference_details.tasks import TaskHParams, get_task, parse_args
+from lm_human_preference_details.tasks import TaskHParams, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.tracking import Tracker
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 
 N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 real tokens only)
 

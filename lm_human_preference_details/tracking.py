@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 
 

@@ -83,7 +83,7 @@ def _set(args, field: str, value) -> None:
 def test_values_the_original_would_reject_are_refused(script, field, value, message, tmp_path):
     import importlib
 
-    from lm_human_preference_details.cli import UserError
+    from lm_human_preference_details.errors import UserError
 
     args = importlib.import_module(script).build_args("sentiment")
     args.output_dir = str(tmp_path / "run")
@@ -107,7 +107,7 @@ def test_the_edges_of_each_range_are_accepted(tmp_path):
 
 
 def test_truncate_token_outside_the_base_models_vocabulary(assets):
-    from lm_human_preference_details.cli import UserError
+    from lm_human_preference_details.errors import UserError
     from lm_human_preference_details.tasks import TaskHParams, check_task_inputs
 
     task = TaskHParams(query_dataset=str(assets / "queries.txt"), truncate_token=50257)  # [PAD], no real token
@@ -117,16 +117,16 @@ def test_truncate_token_outside_the_base_models_vocabulary(assets):
 
 
 def test_only_process_0_prints_the_error(monkeypatch, capsys):
-    from lm_human_preference_details import cli
+    from lm_human_preference_details import errors
 
     def fail():
-        raise cli.UserError("--ppo.lr is -1.0")
+        raise errors.UserError("--ppo.lr is -1.0")
 
-    monkeypatch.setattr(cli, "OTHER_RANKS_WAIT_S", 0.0)
+    monkeypatch.setattr(errors, "OTHER_RANKS_WAIT_S", 0.0)
     for rank, expected in (("0", "error: --ppo.lr is -1.0\n"), ("1", "error: --ppo.lr is -1.0 (process 1)\n")):
         monkeypatch.setenv("RANK", rank)
         with pytest.raises(SystemExit) as e:
-            cli.run_main(fail)
+            errors.run_main(fail)
         assert e.value.code == 2 and capsys.readouterr().err == expected
 
 

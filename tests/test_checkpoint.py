@@ -19,7 +19,7 @@ from conftest import drive
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.run import Stopped, check_finite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -464,7 +464,7 @@ def nan_at_call(monkeypatch, module, name, call, poison):
 def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny_labels, tmp_path, monkeypatch, capsys,
                                                                      where, message):
     import train_reward
-    from lm_human_preference_details.cli import run_main
+    from lm_human_preference_details.errors import run_main
 
     if where == "loss":
         nan_at_call(monkeypatch, train_reward, "rewards_of_labels", 2, lambda rewards: rewards * float("nan"))

@@ -1,20 +1,15 @@
-"""The shared run options' checks (cli.py): numbers, the device, the output directory; each a one-line UserError."""
+"""The shared run options' checks (cli.py, devices.py): numbers, the device, the output directory; each a one-line
+UserError."""
 
 import re
 
 import pytest
 import torch
 
-from lm_human_preference_details import cli
-from lm_human_preference_details.cli import (
-    UserError,
-    check_at_least,
-    check_device,
-    check_output_dir,
-    check_positive,
-    gpu_has_kernels,
-    pick_device,
-)
+from lm_human_preference_details import devices
+from lm_human_preference_details.cli import check_at_least, check_output_dir, check_positive
+from lm_human_preference_details.devices import check_device, gpu_has_kernels, pick_device
+from lm_human_preference_details.errors import UserError
 
 
 def test_check_at_least_names_the_flag_and_the_fix():
@@ -65,7 +60,7 @@ def test_sigterm_outside_training_is_one_line_naming_what_it_interrupted(capsys)
     import signal
     import time
 
-    from lm_human_preference_details.cli import doing, run_main
+    from lm_human_preference_details.errors import doing, run_main
 
     before = signal.getsignal(signal.SIGTERM)
 
@@ -125,7 +120,7 @@ def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100" if gpu == (7, 0) else "NVIDIA H100")
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch_list))
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(cli, "_said", set())  # nothing said yet in this process
+    monkeypatch.setattr(devices, "_said", set())  # nothing said yet in this process
 
 
 @pytest.mark.parametrize("cuda_build, gpu, device, warning", [

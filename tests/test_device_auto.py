@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import train_policy
-from lm_human_preference_details import cli, ranks
-from lm_human_preference_details.cli import UserError, pick_device
+from lm_human_preference_details import devices, ranks
+from lm_human_preference_details.devices import pick_device
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.tasks import get_task
 
 
@@ -25,7 +26,7 @@ def fake_probe(monkeypatch, cuda_build: str | None, gpu: bool) -> None:
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(cli, "_said", set())
+    monkeypatch.setattr(devices, "_said", set())
 
 
 @pytest.mark.parametrize("cuda_build, why", [

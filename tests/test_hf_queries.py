@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import columns, registry, samplers, streams, tldr17
 from lm_human_preference_details.queries.batches import encode_queries
 from lm_human_preference_details.queries.samplers import HFQuerySampler
@@ -163,7 +163,7 @@ def test_bad_inputs(tokenizer, bookcorpus_parquet, tmp_path):
 
 
 def test_download_failure_is_one_line(tmp_path):
-    code = ("from lm_human_preference_details.cli import run_main\n"
+    code = ("from lm_human_preference_details.errors import run_main\n"
             "from lm_human_preference_details.queries.registry import parquet_files\n"
             f"run_main(lambda: parquet_files('bookcorpus', hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -356,7 +356,7 @@ def test_tldr_17_cache_with_another_corpus_is_refused(tokenizer, tldr_zip, tmp_p
 
 
 def test_tldr_17_offline_without_the_archive_is_one_line_with_a_working_command(tmp_path):
-    code = ("from lm_human_preference_details.cli import run_main\n"
+    code = ("from lm_human_preference_details.errors import run_main\n"
             "from lm_human_preference_details.queries.registry import open_query_data\n"
             f"run_main(lambda: open_query_data('tldr-17', 'body', cache_dir={str(tmp_path / 'cache')!r}, "
             f"hub_cache_dir={str(tmp_path / 'hub')!r}))\n")

@@ -24,10 +24,10 @@ from label_helpers import (
 )
 
 from lm_human_preference_details import files, label, label_session
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.label_session import LabelSession, journal_path
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.tasks import parse_args
+from lm_human_preference_details.parsing import parse_args
 
 FLAGS = {"task_name": "offline", "seed": 1}
 

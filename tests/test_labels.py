@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels, read_records
 
 

@@ -265,7 +265,7 @@ def test_is_local_model_tells_paths_from_hub_names(tmp_path):
 def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
     import shutil
 
-    from lm_human_preference_details.cli import UserError
+    from lm_human_preference_details.errors import UserError
     from lm_human_preference_details.model import check_model_files, context_length, safetensors_problem
 
     config = check_model_files(tiny_model_dir, "--base-model", "fix")
@@ -289,7 +289,7 @@ def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
 
 
 def test_saved_model_of_the_other_kind_is_named(tiny_model_dir, tmp_path):
-    from lm_human_preference_details.cli import UserError
+    from lm_human_preference_details.errors import UserError
     from lm_human_preference_details.model import Policy, check_saved_model, load_lm, load_model_dir, save_model_dir
     from lm_human_preference_details.tokenizer import load_tokenizer
 

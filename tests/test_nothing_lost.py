@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.cli import UserError, run_main
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from lm_human_preference_details import oai_checkpoints as oc
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import load_model_dir
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oai_tiny_run"

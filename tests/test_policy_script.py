@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import train_policy
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam
 from lm_human_preference_details.ranks import Ranks
@@ -41,7 +41,7 @@ def test_presets_default_to_the_baselines_query_sources(task, dataset, start, en
 
 
 def test_the_2019_pipeline_is_one_switch():
-    from lm_human_preference_details.tasks import parse_args
+    from lm_human_preference_details.parsing import parse_args
 
     argv = ["--task", "sentiment", "--task.query-dataset", "books-2019"]
     args = parse_args(train_policy.build_args, "", argv).finalize(check_inputs=False)
@@ -218,7 +218,7 @@ def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
 def test_run_options_reach_the_reward_model_run(monkeypatch):
     # --compile, --device, --no-tf32, --micro-batch-sequences: train_policy.py trains its reward model with the same options
     import train_reward
-    from lm_human_preference_details.tasks import parse_args
+    from lm_human_preference_details.parsing import parse_args
 
     argv = ["--task", "sentiment", "--compile", "--no-tf32", "--device", "cpu", "--micro-batch-sequences", "16"]
     args = parse_args(train_policy.build_args, "test", argv).finalize(check_inputs=False)

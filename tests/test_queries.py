@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.queries import QuerySampler, format_queries, make_query_sampler, process_query
 from lm_human_preference_details.queries.streams import seeded_shuffle

@@ -10,8 +10,8 @@ import pytest
 from conftest import server_max_in_flight
 
 from lm_human_preference_details import files
-from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, cache_path_of
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import oai2019 as query_datasets
 from lm_human_preference_details.queries import registry
 from lm_human_preference_details.queries.oai2019 import (

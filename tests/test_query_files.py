@@ -12,7 +12,7 @@ import torch
 from test_bad_input import assert_refused, reward_args, run_forked
 from test_hf_queries import write_tldr_zip
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import last_real_indices
 from lm_human_preference_details.queries import QuerySampler, check_query_dataset
 from lm_human_preference_details.queries.samplers import HFQuerySampler

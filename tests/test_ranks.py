@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import Policy, load_lm
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler
 from lm_human_preference_details.ranks import BlockGradients, Ranks, held_ranks, rank_seed

@@ -12,7 +12,7 @@ import torch
 
 from lm_human_preference_details import checkpoint
 from lm_human_preference_details.checkpoint import check_same_run
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.ranks import set_generator_state
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import train_reward
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import RewardModel, load_lm
 from lm_human_preference_details.ranks import Ranks
 

@@ -21,7 +21,7 @@ import torch
 from conftest import drive
 
 from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run, Stopped, StopSignals

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lm_human_preference_details import sample
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
 from lm_human_preference_details.tokenizer import load_tokenizer
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer, single_token
 
 

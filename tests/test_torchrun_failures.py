@@ -2,7 +2,7 @@
 
 Each case fails on process 0 alone while process 1 goes on to the next collective. The job must end with process 0's
 one `error:` line, printed once, no traceback from our code, and process 1 stopped by torchrun (SIGTERM, once
-process 0 has ended) rather than leaving on its own after its 10 s wait (`cli.leave_quietly`), or hanging.
+process 0 has ended) rather than leaving on its own after its 10 s wait (`errors.leave_quietly`), or hanging.
 
 Failures are injected with a sitecustomize.py put first on the processes' PYTHONPATH: it patches one function in
 process 0 only (RANK 0), so the code under test is the scripts' own.

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.tokenizer import encode_plain
 
 

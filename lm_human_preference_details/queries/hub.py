@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
 from lm_human_preference_details import downloads
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.columns import check_row_count, parquet_rows
 from lm_human_preference_details.queries.columns import reason as _reason
 from lm_human_preference_details.queries.source import ParquetExport

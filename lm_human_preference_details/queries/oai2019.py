@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
-from lm_human_preference_details.cli import UserError
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
 from lm_human_preference_details.progress import progress

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.batches import empty_text, process_query
 from lm_human_preference_details.queries.columns import TextColumn, check_row_count
 from lm_human_preference_details.queries.hub import (

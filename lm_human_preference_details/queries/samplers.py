@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.batches import (
     RankBatches,
     empty_text,

@@ -17,7 +17,7 @@ from typing import Iterable, TypeVar
 import numpy as np
 
 from lm_human_preference_details import files as cache_files
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.ranks import rank_seed
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.streams import seeded_shuffle
 
 

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
 from lm_human_preference_details import files as cache_files
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries.columns import TextColumn, check_row_count
