@@ -37,7 +37,7 @@ import tyro
 
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
-from lm_human_preference_details.cli import RunArgs, check_at_least, check_positive, expand_home
+from lm_human_preference_details.cli import check_at_least, check_in_range, check_positive, expand_home
 from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import (
@@ -53,7 +53,6 @@ from lm_human_preference_details.ppo import (
     AdaptiveKLController,
     FixedKLController,
     apply_rejection,
-    check_ppo,
     compute_advantages,
     kl_rewards,
     policy_loss,
@@ -62,9 +61,10 @@ from lm_human_preference_details.ppo import (
     value_loss,
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
-from lm_human_preference_details.ranks import Ranks, check_seed, seed_globals
+from lm_human_preference_details.ranks import Ranks, seed_globals
 from lm_human_preference_details.run import Run, check_finite, run_script
-from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
+from lm_human_preference_details.run_args import RunArgs
+from lm_human_preference_details.tasks import TaskHParams, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 
 
@@ -96,6 +96,18 @@ class RewardHParams:
     """labels and hyperparameters of the reward model trained first (preset from --task, as train_reward.py's);
     its labels.source is also where --task.query-dataset oai-label-queries reads the policy's queries"""
 
+    def check(self) -> None:
+        """The KL penalty's numbers, and the learning rate of the reward model a run without --rewards.trained-model
+        trains first; each failure one line naming the flag."""
+        check_at_least("--rewards.kl-coef", self.kl_coef, 0, "the KL penalty's weight")
+        if not math.isfinite(self.kl_coef):
+            raise UserError(f"--rewards.kl-coef is {self.kl_coef}; pass a finite --rewards.kl-coef")
+        if self.adaptive_kl:
+            check_positive("--rewards.target", self.target, "the KL the controller aims at")
+            check_at_least("--rewards.horizon", self.horizon, 1, "the controller's horizon in episodes")
+        if self.trained_model is None:  # the reward model this run trains first
+            check_positive("--rewards.train-new-model.lr", self.train_new_model.lr, "the reward model's learning rate")
+
 
 @dataclass
 class PpoHParams:
@@ -123,6 +135,21 @@ class PpoHParams:
     """GAE lambda (train_policy.py: 0.95)"""
     whiten_rewards: bool = True
     """whiten rewards (without shifting their mean) before GAE (train_policy.py: True; tldr/cnndm: False)"""
+
+    def check(self) -> None:
+        """The sizes and the numbers the PPO maths can train with, each a one-line UserError naming the flag."""
+        check_at_least("--ppo.total-episodes", self.total_episodes, 1, "episodes over the whole run")
+        check_at_least("--ppo.batch-size", self.batch_size, 1, "episodes per update")
+        check_at_least("--ppo.nminibatches", self.nminibatches, 1, "minibatches per epoch")
+        check_at_least("--ppo.noptepochs", self.noptepochs, 1, "epochs over each batch")
+        check_positive("--ppo.lr", self.lr, "the initial learning rate")
+        check_in_range("--ppo.gamma", self.gamma, 0, 1, "the discount", low_open=True)
+        check_in_range("--ppo.lam", self.lam, 0, 1, "GAE's lambda")
+        check_positive("--ppo.cliprange", self.cliprange, "the clip range of the policy ratio")
+        check_positive("--ppo.cliprange-value", self.cliprange_value, "the clip range of the values")
+        check_at_least("--ppo.vf-coef", self.vf_coef, 0, "the value loss's weight")
+        if not math.isfinite(self.vf_coef):
+            raise UserError(f"--ppo.vf-coef is {self.vf_coef}; pass a finite --ppo.vf-coef")
 
 
 @dataclass
@@ -154,19 +181,12 @@ class Args(RunArgs):
         ``check_inputs`` also reads what the flags name (the base model's files or hub config, the reward model's
         directory); tests of the presets alone leave it off.
         """
+        self.check_run_options()
         ppo = self.ppo
-        check_at_least("--ppo.total-episodes", ppo.total_episodes, 1, "episodes over the whole run")
-        check_at_least("--ppo.batch-size", ppo.batch_size, 1, "episodes per update")
-        check_at_least("--ppo.nminibatches", ppo.nminibatches, 1, "minibatches per epoch")
-        check_at_least("--ppo.noptepochs", ppo.noptepochs, 1, "epochs over each batch")
-        check_at_least("--num-ranks", self.num_ranks, 1, "the number of emulated ranks")
+        ppo.check()
+        self.rewards.check()
         check_at_least("--sample-print-interval", self.sample_print_interval, 1, "updates between sample tables")
         check_at_least("--save-interval", self.save_interval, 1, "updates between saves")
-        if self.rewards.adaptive_kl:
-            check_positive("--rewards.target", self.rewards.target, "the KL the controller aims at")
-            check_at_least("--rewards.horizon", self.rewards.horizon, 1, "the controller's horizon in episodes")
-        check_task(self.task)
-        check_ppo(ppo, self.rewards)
         # OAI lm_human_preferences/train_policy.py: nupdates = ceil_div(total_episodes, batch_size)
         self.n_updates = math.ceil(ppo.total_episodes / ppo.batch_size)
         if ppo.batch_size % ppo.nminibatches:
@@ -181,15 +201,11 @@ class Args(RunArgs):
             raise UserError(f"reward whitening groups hold {self.rank_minibatch_size} episodes (batch_size / "
                             f"(nminibatches * num_ranks)); they need >= 8: raise --ppo.batch-size or lower "
                             f"--num-ranks")
-        self.task = self.task.resolved()
-        new, labels = self.rewards.train_new_model, self.rewards.train_new_model.labels
-        new.labels = dataclasses.replace(labels, source=expand_home(labels.source))
-        self.base_model, self.rewards.trained_model = expand_home(self.base_model), expand_home(self.rewards.trained_model)
-        check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
-        self.finalize_run("policy", **{"the minibatch size": self.minibatch_size})
+        new = self.rewards.train_new_model
+        new.labels = new.labels.resolved()
+        self.rewards.trained_model = expand_home(self.rewards.trained_model)
+        self.finalize_run("policy", check_inputs, new.labels.source, **{"the minibatch size": self.minibatch_size})
         if check_inputs:
-            get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
-            check_task_inputs(self.task, self.base_model, self.rewards.train_new_model.labels.source)
             path = self.rewards.trained_model
             if path is None:
                 reward_run_args(self, check_inputs)  # the reward run this one starts, checked now, not after loading

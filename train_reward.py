@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import RunArgs, check_at_least, check_positive, expand_home
+from lm_human_preference_details.cli import check_at_least, check_positive
 from lm_human_preference_details.downloads import fetch_oai
 from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.gpt2 import compile_blocks
@@ -38,9 +38,10 @@ from lm_human_preference_details.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
-from lm_human_preference_details.ranks import Ranks, check_seed
+from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run, check_finite, run_script
-from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_task, check_task_inputs, get_task
+from lm_human_preference_details.run_args import RunArgs
+from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_labels, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 
 
@@ -70,6 +71,21 @@ class RewardTrainHParams:
     eval_labels: int = 256
     """held-out labels after the first num_train for an accuracy metric; not in the original (0: off)"""
 
+    def check_training(self) -> None:
+        """The labels' and the training's numbers, each a one-line UserError naming the flag (as train_reward.py
+        takes it)."""
+        check_at_least("--batch-size", self.batch_size, 1, "labels per training batch")
+        check_labels(self.labels)
+        check_at_least("--rollout-batch-size", self.rollout_batch_size, 1, "queries per sampling batch")
+        check_at_least("--normalize-samples", self.normalize_samples, 1, "policy samples per normalisation")
+        check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
+        check_at_least("--eval-labels", self.eval_labels, 0, "held-out labels (0: off)")
+        check_positive("--lr", self.lr, "the initial learning rate")
+        # OAI lm_human_preferences/train_reward.py: HParams.validate -> exact_div(num_train, batch_size)
+        if self.labels.num_train % self.batch_size:
+            raise UserError(f"labels.num_train ({self.labels.num_train}) must be divisible by batch_size "
+                            f"({self.batch_size}); change --labels.num-train or --batch-size")
+
 
 @dataclass
 class Args(RunArgs, RewardTrainHParams):
@@ -90,21 +106,8 @@ class Args(RunArgs, RewardTrainHParams):
         ``check_inputs`` also reads what the flags name (the base model's files or hub config, the label file);
         tests of the presets alone leave it off.
         """
-        check_at_least("--batch-size", self.batch_size, 1, "labels per training batch")
-        check_at_least("--num-ranks", self.num_ranks, 1, "the number of emulated ranks")
-        check_at_least("--labels.num-train", self.labels.num_train, 1, "the number of labels trained on")
-        check_at_least("--rollout-batch-size", self.rollout_batch_size, 1, "queries per sampling batch")
-        check_at_least("--normalize-samples", self.normalize_samples, 1, "policy samples per normalisation")
-        check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
-        check_at_least("--eval-labels", self.eval_labels, 0, "held-out labels (0: off)")
-        check_task(self.task)
-        check_positive("--lr", self.lr, "the initial learning rate")
-        # OAI lm_human_preferences/train_reward.py: HParams.validate -> exact_div(num_train, batch_size)
-        if self.labels.num_train % self.batch_size:
-            raise UserError(f"labels.num_train ({self.labels.num_train}) must be divisible by batch_size "
-                            f"({self.batch_size}); change --labels.num-train or --batch-size")
-        if not self.labels.type.startswith("best_of_") or not self.labels.type[8:].isdigit() or int(self.labels.type[8:]) < 2:
-            raise UserError(f"labels.type {self.labels.type!r} is not supported; use best_of_N, N >= 2 (e.g. best_of_4)")
+        self.check_run_options()
+        self.check_training()
         self.label_n = int(self.labels.type[8:])
         # OAI lm_human_preferences/train_reward.py: per_rank_batch_size = exact_div(batch_size, num_ranks), and the
         # query sampler's exact_div(rollout_batch_size, num_ranks)
@@ -112,14 +115,10 @@ class Args(RunArgs, RewardTrainHParams):
             if n % self.num_ranks:
                 raise UserError(f"{name} ({n}) does not split into --num-ranks ({self.num_ranks}) equal shares; "
                                 f"change --{name.replace('_', '-')} or --num-ranks")
-        self.task = self.task.resolved()
-        self.base_model = expand_home(self.base_model)
-        self.labels = dataclasses.replace(self.labels, source=expand_home(self.labels.source))
-        check_seed(self.seed, self.num_ranks)  # E9 per-rank seeds: every rank's seed fits numpy
-        self.finalize_run("reward", sequences_per_row=self.label_n, batch_size=self.batch_size)
+        self.labels = self.labels.resolved()
+        self.finalize_run("reward", check_inputs, self.labels.source, sequences_per_row=self.label_n,
+                          batch_size=self.batch_size)
         if check_inputs:
-            get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
-            check_task_inputs(self.task, self.base_model, self.labels.source)
             check_label_source(self.labels.source, n=self.label_n, query_length=self.task.query_length,
                                response_length=self.task.response_length, num_train=self.labels.num_train)
         return self

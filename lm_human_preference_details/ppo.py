@@ -6,31 +6,10 @@ Shapes: b = episodes (rows), r = response_length, v = vocabulary.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.cli import UserError, check_at_least, check_in_range, check_positive
-
 WHITEN_MIN_EPISODES = 8  # OAI lm_human_preferences/train_policy.py: train, assert per_rank_minibatch_size >= 8
-
-
-def check_ppo(ppo, rewards) -> None:
-    """The numbers this maths can train with, each failure one line naming the flag: ``ppo`` and ``rewards`` are
-    train_policy.py's PpoHParams and RewardHParams (with the learning rate of the reward model it trains first)."""
-    check_positive("--ppo.lr", ppo.lr, "the initial learning rate")
-    check_in_range("--ppo.gamma", ppo.gamma, 0, 1, "the discount", low_open=True)
-    check_in_range("--ppo.lam", ppo.lam, 0, 1, "GAE's lambda")
-    check_positive("--ppo.cliprange", ppo.cliprange, "the clip range of the policy ratio")
-    check_positive("--ppo.cliprange-value", ppo.cliprange_value, "the clip range of the values")
-    check_at_least("--ppo.vf-coef", ppo.vf_coef, 0, "the value loss's weight")
-    check_at_least("--rewards.kl-coef", rewards.kl_coef, 0, "the KL penalty's weight")
-    for flag, value in (("--ppo.vf-coef", ppo.vf_coef), ("--rewards.kl-coef", rewards.kl_coef)):
-        if not math.isfinite(value):
-            raise UserError(f"{flag} is {value}; pass a finite {flag}")
-    if rewards.trained_model is None:  # the reward model this run trains first
-        check_positive("--rewards.train-new-model.lr", rewards.train_new_model.lr, "the reward model's learning rate")
 
 
 # ---------------------------------------------------------------------------------------------

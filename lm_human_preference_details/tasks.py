@@ -122,6 +122,18 @@ class LabelHParams:
     source: str = f"{OAI_URL}/labels/sentiment/offline_5k.json"
     """URL or local path of a label file in OpenAI's schema (launch.py)"""
 
+    def resolved(self) -> LabelHParams:
+        """A copy whose source path has its ``~`` expanded once (cli.expand_home)."""
+        return dataclasses.replace(self, source=expand_home(self.source))
+
+
+def check_labels(labels: LabelHParams) -> None:
+    """The labels' own values, checked before anything loads: a positive count, a best_of_N type. Each failure is one
+    line naming the flag (as train_reward.py takes it)."""
+    check_at_least("--labels.num-train", labels.num_train, 1, "the number of labels trained on")
+    if not labels.type.startswith("best_of_") or not labels.type[8:].isdigit() or int(labels.type[8:]) < 2:
+        raise UserError(f"labels.type {labels.type!r} is not supported; use best_of_N, N >= 2 (e.g. best_of_4)")
+
 
 @dataclass
 class Task:

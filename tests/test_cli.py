@@ -176,7 +176,7 @@ def test_gpu_has_kernels(capability, arch_list, ok):
 
 
 def test_micro_batches_count_query_response_sequences_in_both_scripts():
-    from lm_human_preference_details.cli import RunArgs
+    from lm_human_preference_details.run_args import RunArgs
 
     args = RunArgs(micro_batch_sequences=8)
     # an episode (policy) or a sampled query is one sequence: 8 rows per pass

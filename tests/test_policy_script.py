@@ -249,7 +249,7 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     import dataclasses
 
     import train_reward
-    from lm_human_preference_details.cli import RunArgs
+    from lm_human_preference_details.run_args import RunArgs
 
     args = train_policy.build_args("sentiment")
     new = args.rewards.train_new_model
