@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from lm_human_preference_details.cli import UserError
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import HOST, TMP, atomic_path
 
 VERSION = 1  # of the journal's format
