@@ -48,7 +48,7 @@ from lm_human_preference_details.queries import QuerySampler, format_queries, qu
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
 from lm_human_preference_details.tokenizer import N_VOCAB, gpt2_tokenizer
 
-VERSION = "offline-v5"  # v5: the unused tokens share one embedding row, 30 PPO updates (docs/offline.md)
+VERSION = "offline-v6"  # v6: v5's shipped assets, PPO at lr 2.5e-3 (v5: 2e-3, one seed short of a target): docs/offline.md
 SHIPPED = Path(__file__).with_name("offline_assets")  # the recipe's model and labels, as built by build_assets
 POSITIVE = {"wonderful": 1.0, "lovely": 0.95, "happy": 0.9, "cheerful": 0.85, "bright": 0.8, "sunny": 0.75,
             "warm": 0.7, "kind": 0.65, "gentle": 0.6, "calm": 0.55}
@@ -385,7 +385,7 @@ def task() -> OfflineTask:
         labels=LabelHParams(num_train=NUM_TRAIN, source=str(d / "labels.json")),
         train_reward={"batch_size": 8, "lr": 3e-3, "rollout_batch_size": 256, "normalize_samples": 256,
                       "eval_labels": NUM_LABELS - NUM_TRAIN},
-        ppo={"total_episodes": 1920, "batch_size": 64, "lr": 2e-3, "whiten_rewards": True},  # 30 updates: docs/offline.md
+        ppo={"total_episodes": 1920, "batch_size": 64, "lr": 2.5e-3, "whiten_rewards": True},  # 30 updates: docs/offline.md
         rewards={"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
         run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
         gpu_sized=False,  # minutes on a CPU: --device auto keeps the CPU
