@@ -218,6 +218,16 @@ def load_checkpoint(path: Path, expect: tuple[str, ...] = ()) -> dict:
     return state
 
 
+def resume_checkpoint(path: Path | None, identity: Mapping[str, Any]) -> dict:
+    """The checkpoint at ``path`` that a run resumes from, its config checked against ``identity`` (`check_same_run`);
+    without one, a new run's start (update 0)."""
+    if path is None:
+        return {"update": 0, "elapsed": 0.0, "tracker": {}}
+    checkpoint = load_checkpoint(path, RESUMABLE)
+    check_same_run(checkpoint["config"], identity)
+    return checkpoint
+
+
 def restore(checkpoint: dict, objects: Mapping[str, Any]) -> int:
     """Load each object's state and the random generators from ``checkpoint``; -> the next update's index."""
     for name, obj in objects.items():
