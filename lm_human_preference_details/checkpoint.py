@@ -32,7 +32,7 @@ EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
-RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what Run.save writes and Run.start reads
+RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what RunSaves.save writes, resume_checkpoint reads
 # options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
 # emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
