@@ -32,7 +32,7 @@ EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
-RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what Run.save writes and Run.start reads
+RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what RunSaves.save writes, resume_checkpoint reads
 # options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
 # emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
@@ -216,6 +216,16 @@ def load_checkpoint(path: Path, expect: tuple[str, ...] = ()) -> dict:
         raise UserError(f"{Path(path) / STATE_FILE} is not a training checkpoint of this project (it holds no "
                         f"{missing[0]!r}); {fall_back(path)}")
     return state
+
+
+def resume_checkpoint(path: Path | None, identity: Mapping[str, Any]) -> dict:
+    """The checkpoint at ``path`` that a run resumes from, its config checked against ``identity`` (`check_same_run`);
+    without one, a new run's start (update 0)."""
+    if path is None:
+        return {"update": 0, "elapsed": 0.0, "tracker": {}}
+    checkpoint = load_checkpoint(path, RESUMABLE)
+    check_same_run(checkpoint["config"], identity)
+    return checkpoint
 
 
 def restore(checkpoint: dict, objects: Mapping[str, Any]) -> int:

@@ -14,7 +14,7 @@ With W = 1 every collective is skipped: nothing here costs a single-process run 
 
 Exact ranks (`--exact-ranks`; the offline demo's default): each held rank's rows take their own forward and backward
 passes and their own statistics, as each of the original's ranks did alone, and the ranks' gradients and statistics
-are combined in an order fixed by the ranks alone (`BlockGradients`: a balanced binary tree of the R ranks). W
+are combined in an order fixed by the ranks alone (gradients.py: a balanced binary tree of the R ranks). W
 processes then add exactly the numbers one process adds, in the same order, so W = 1, 2, 4 and 8 give bit-identical
 runs when R / W is a power of two and each process uses the same number of CPU threads (a CPU kernel's sums depend on
 its thread count; torchrun gives each of several processes OMP_NUM_THREADS=1). Off (the default), a process's ranks
@@ -36,6 +36,7 @@ import torch.distributed as dist
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.gradients import backward
 
 SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, seed + rank * 100003
 
@@ -179,46 +180,11 @@ class Ranks:
         dist.all_reduce(y, op=dist.ReduceOp.SUM)
         return y.to(x.device)
 
-    def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Replace each gradient by its mean over processes (FIDELITY E10 gradient averaging), in one flat all-reduce."""
-        # OAI lm_human_preferences/utils/core.py: minimize, gradients mpi_allreduce_mean-ed across ranks
-        if self.world_size == 1:
-            return
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat /= self.world_size
-        for g, new in zip(grads, flat.split([g.numel() for g in grads])):
-            g.copy_(new.view_as(g))
-
     def backward(self, loss_fn: Callable[[slice], tuple[torch.Tensor, dict[str, torch.Tensor]]], n: int,
                  params: Iterable[torch.nn.Parameter], micro_batches: Callable[[int], list[slice]]) -> dict[str, torch.Tensor]:
-        """The gradient of one optimizer step over this process's ``n`` rows, as the original's ranks computed it.
-
-        ``loss_fn(rows)`` -> (the mean loss over those rows, statistics of them), for a slice of the n rows. The rows
-        are taken rank block by rank block (`blocks`) and micro-batch by micro-batch; each block's gradient is the
-        mean over its rows, and every parameter's .grad is left holding the mean over all ranks' blocks (FIDELITY E10 gradient
-        averaging
-        gradient average, `BlockGradients`). -> each statistic per block, [blocks] (a rank's own mean when exact):
-        `mean_over_blocks` averages them as the original's mpi_allreduce_mean did.
-        """
-        gradients = BlockGradients(self, params)
-        stats: dict[str, list[torch.Tensor]] = {}
-        for block in self.blocks(n):
-            size = block.stop - block.start
-            sums: dict[str, torch.Tensor] = {}
-            for part in micro_batches(size):
-                rows = slice(block.start + part.start, block.start + part.stop)
-                loss, row_stats = loss_fn(rows)
-                weight = (part.stop - part.start) / size
-                (loss * weight).backward()  # the block's loss is the mean over its rows
-                for k, v in row_stats.items():
-                    sums[k] = sums.get(k, 0.0) + weight * v.detach().double()
-            gradients.add()
-            for k, v in sums.items():
-                stats.setdefault(k, []).append(v)
-        gradients.reduce()
-        return {k: torch.stack(v) for k, v in stats.items()}
+        """The gradient of one optimizer step over this process's ``n`` rows, as the original's ranks computed it
+        (gradients.backward): -> each statistic of ``loss_fn(rows)`` per block, [blocks]."""
+        return backward(self, loss_fn, n, params, micro_batches)
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Process 0's weights and buffers everywhere, so every process starts from the same model."""
@@ -367,64 +333,3 @@ def set_generator_state(generator: torch.Generator, saved: torch.Tensor) -> None
         return
     digest = hashlib.sha256(saved.cpu().numpy().tobytes()).digest()
     generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)  # 63 bits: any generator's seed
-
-
-def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor) -> None:
-    """Push ``x`` onto a pairwise sum: equal-sized neighbours are added as they complete (a binary counter), so n
-    pushes make a balanced binary tree of additions when n is a power of two, whatever pushes them."""
-    count = 1
-    while stack and stack[-1][0] == count:
-        left_count, left = stack.pop()
-        x, count = left + x, left_count + count
-    stack.append((count, x))
-
-
-def tree_total(stack: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
-    """The sum of everything `tree_add` took (its last partial sums added right to left)."""
-    total = stack.pop()[1]
-    while stack:
-        total = stack.pop()[1] + total
-    return total
-
-
-class BlockGradients:
-    """The mean gradient over every block of every process, for one optimizer step (FIDELITY E10 gradient averaging).
-
-    After each block's backward pass (its loss a mean over its own rows), `add()` takes the block's gradients;
-    `reduce()` leaves the mean over all blocks of all processes in each parameter's .grad. Exact: block gradients
-    are summed in the ranks' binary tree, across processes too (all-gathered, then added in the same tree), and
-    divided by R. Not exact: one block per process, kept in .grad and all-reduced as a mean over processes.
-    """
-
-    def __init__(self, ranks: Ranks, params: Iterable[torch.nn.Parameter]):
-        self.ranks, self.params = ranks, [p for p in params if p.requires_grad]
-        self.stack: list[tuple[int, torch.Tensor]] = []
-        self.used = [False] * len(self.params)  # a parameter no block's loss reached keeps .grad None, as in one pass
-
-    def add(self) -> None:
-        """Take the gradients the last block's backward pass left in .grad (exact mode: and clear them)."""
-        if not self.ranks.exact:
-            return  # one block per process: its gradient stays in .grad
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params])
-        for i, p in enumerate(self.params):
-            self.used[i] |= p.grad is not None
-            p.grad = None
-        tree_add(self.stack, flat)
-
-    def reduce(self) -> None:
-        """Leave the mean over all blocks of all processes in .grad."""
-        ranks = self.ranks
-        if not ranks.exact:
-            # OAI lm_human_preferences/utils/core.py: minimize, gradients mpi_allreduce_mean-ed across ranks
-            ranks.average_gradients(self.params)
-            return
-        total = tree_total(self.stack)
-        if ranks.world_size > 1:  # the processes' subtrees, added in the same tree one process would have built
-            parts = [torch.empty_like(total) for _ in range(ranks.world_size)]
-            dist.all_gather(parts, total)
-            for part in parts:
-                tree_add(self.stack, part)
-            total = tree_total(self.stack)
-        total /= ranks.num_ranks
-        for p, g, used in zip(self.params, total.split([p.numel() for p in self.params]), self.used):
-            p.grad = g.view_as(p) if used else None

@@ -8,16 +8,15 @@ SIGINT, and the non-finite guard. What a checkpoint holds is checkpoint.py's; th
             ...                                           # the algorithm
             run.log(stats, step=update)
 
-The run directory's rules and lock are run_dir.py's (docs/runs.md states them).
+The run directory's rules, lock and preparation are run_dir.py's (docs/runs.md states them); `RunSaves`
+writes what a started run saves.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
@@ -25,35 +24,21 @@ import torch
 from torch import nn
 
 from lm_human_preference_details.checkpoint import (
-    RESUMABLE,
     BackgroundSaver,
-    check_same_run,
     checkpoint_dir,
     event,
-    list_checkpoints,
-    load_checkpoint,
     restore,
+    resume_checkpoint,
     save_errors,
     training_state,
 )
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.model import save_model_dir
 from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress
 from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
-from lm_human_preference_details.run_dir import (
-    FINISHED,
-    KINDS,
-    LOCK,
-    MARKER,
-    RUN_ENTRIES,
-    SAMPLE_ENTRIES,
-    DirectoryLock,
-    check_run_dir,
-    clear_run,
-)
+from lm_human_preference_details.run_dir import KINDS, RunDirectory
 from lm_human_preference_details.tracking import Tracker
 
 T = TypeVar("T")
@@ -123,6 +108,16 @@ class StopSignals:
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
 
+def agree_after_update(ranks, stop: StopSignals, error: Optional[BaseException]) -> bool:
+    """After each update every process learns, in one all-reduce, whether a signal reached any of them (-> True:
+    all stop at this update, saving is collective) and whether process 0's tracker or checkpoint writer failed
+    (``error``: then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50 updates later)."""
+    flags = ranks.sum(torch.tensor([float(stop.signum is not None), float(error is not None)]))
+    if flags[1].item() > 0:
+        ranks.agree_on(error)
+    return flags[0].item() > 0
+
+
 # ----------------------------------------------------------------------------------------------- non-finite guard
 def _finite_flags(values: Iterable[Any]) -> list[bool]:
     """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
@@ -157,22 +152,77 @@ def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc:
     return result
 
 
+class RunSaves:
+    """What a started run saves, on process 0 (every process takes part in gathering the state): the checkpoint after an
+    update, written in the background (`BackgroundSaver`) with the models' Hugging Face directories RUN/NAME, and a
+    finished model. Without ``objects`` there are no checkpoints: only `save_model`."""
+
+    def __init__(self, run_dir: Path, kind: str, ranks, keep: int, config: dict, identity: dict,
+                 objects: Mapping[str, Any], models: Mapping[str, nn.Module], tokenizer):
+        self.dir, self.kind, self.ranks = run_dir, kind, ranks
+        self.config, self.identity, self.objects, self.tokenizer = config, identity, objects, tokenizer
+        self.saver = BackgroundSaver(run_dir, keep, models=models) if objects else None
+
+    @property
+    def error(self) -> BaseException | None:
+        """A checkpoint write's failure (`BackgroundSaver.error`), kept for the agreement after the update."""
+        return self.saver.error if self.saver is not None else None
+
+    def wait_copied(self) -> None:
+        """Block until the last save has copied the weights off them (`BackgroundSaver.wait_copied`)."""
+        if self.saver is not None:
+            self.saver.wait_copied()
+
+    def close(self, failed: bool) -> None:
+        """Wait for the write under way; after a failure quietly: the loop's own error is the one to show."""
+        if self.saver is not None:
+            if not failed:
+                self.saver.wait()
+            else:  # the write under way completes
+                self.saver.wait_quietly()
+
+    def save(self, done: int, tracker: Tracker, elapsed: float) -> Path:
+        """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
+        training checkpoint and the models' directories (process 0; every process takes part in gathering)."""
+        state = training_state(done, self.objects, config=self.identity, tracker=tracker.state_dict(), elapsed=elapsed)
+        if not self.ranks.is_main:
+            return checkpoint_dir(self.dir, done)
+        tracker.flush()  # every row logged before this checkpoint is on disk before it is
+
+        def write_models(copies: Mapping[str, nn.Module]) -> None:
+            for name, model in copies.items():
+                save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
+            if self.kind == "policy":
+                draw_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
+
+        return self.saver.save(done, state, write_models)
+
+    def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
+        """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
+        every process waits until it is there."""
+        path = self.dir / name
+        with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
+            if self.ranks.is_main:
+                with save_errors(self.dir, path):
+                    save_model_dir(path, model, self.tokenizer, hparams)
+        return path
+
+
 class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 
     def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks):
         assert kind in KINDS
         self.args, self.kind, self.ranks = args, kind, ranks
-        self.inputs = list(inputs)
         self.dir = Path(args.output_dir)
         self.tracker: Optional[Tracker] = None
-        self.saver: Optional[BackgroundSaver] = None
+        self.saves: Optional[RunSaves] = None  # once started
         self.resume_from: Optional[Path] = None
         self.finished = False
         self._failure: Optional[Exception] = None  # process 0's tracker error, shared after the update
         self.show: dict[str, str] = {}
-        self._lock = DirectoryLock(self.dir)
-        self._made_dir = False
+        self.directory = RunDirectory(args.output_dir, kind, resume=args.resume, overwrite=args.overwrite,
+                                      inputs=list(inputs), say=self.print)
         self._started = False
         self._start_time = time.time()
 
@@ -187,80 +237,23 @@ class Run:
 
     # -------------------------------------------------------------------------- enter: check, lock, prepare
     def __enter__(self) -> Run:
-        args = self.args
         with self.ranks.main_first():  # process 0 checks, locks and prepares the directory, then the others read it
             if self.is_main:
-                mode = check_run_dir(args.output_dir, self.kind, resume=args.resume, overwrite=args.overwrite,
-                                     inputs=self.inputs)
-                try:
-                    self._prepare(mode)
-                except BaseException:  # a full disk at the marker: what this run made goes (rule 5), as in __exit__
-                    if self._lock.fd is not None:  # the lock is ours: so are a bare marker and lock
-                        self._remove_if_empty()
-                    self._lock.release()
-                    raise
-        finished = FINISHED.get(self.kind)
-        if not self.is_main:  # what process 0 found: a finished model it kept (an unfinished one it cleared)
-            self.finished = bool(args.resume and finished and (self.dir / finished).is_dir())
-        if self.finished:
-            return self
-        if args.resume and self.kind == "policy":
-            found = list_checkpoints(self.dir)
-            self.resume_from = found[-1] if found else None
-            self.print(f"resume: continuing from {self.resume_from}" if self.resume_from else
-                       f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
+                self.directory.enter()
+        self.resume_from = self.directory.resume_point(self.is_main)
+        self.finished = self.directory.finished
         return self
-
-    def _prepare(self, mode: str) -> None:
-        """Process 0: take the lock, then clean, clear or mark the directory as ``mode`` says."""
-        self._made_dir = not self.dir.exists()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
-        # re-read under the lock: another run may have started here since the check
-        if mode == "fresh" and any(p.name != LOCK for p in self.dir.iterdir()):
-            mode = check_run_dir(self.args.output_dir, self.kind, resume=self.args.resume,
-                                 overwrite=self.args.overwrite, inputs=self.inputs)
-        remove_leftovers(self.dir)
-        remove_leftovers(self.dir / "checkpoints")
-        finished = FINISHED.get(self.kind)
-        if mode == "resume" and finished and (self.dir / finished).is_dir():
-            self.print(f"resume: reusing the finished {self.kind} model {self.dir / finished}")
-            self.finished = True
-            return
-        if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
-            self.print(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
-                       "starting again")
-            clear_run(self.dir, SAMPLE_ENTRIES if self.kind == "sample" else RUN_ENTRIES)
-        elif mode == "fresh" and self.args.resume:
-            self.print(f"resume: {self.dir} holds no run yet; starting from the beginning")
-        if mode != "resume" or finished:
-            text = json.dumps({"kind": self.kind, "id": uuid.uuid4().hex[:12], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                               "by": "lm-human-preference-details"}, indent=2)
-            with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
-                tmp.write_text(text + "\n")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            if self.saver is not None:
-                if exc_type is None:
-                    self.saver.wait()
-                else:  # the write under way completes; the loop's own error is the one to show
-                    self.saver.wait_quietly()
+            if self.saves is not None:
+                self.saves.close(failed=exc_type is not None)
             if self.tracker is not None:
                 self.tracker.close()
             if exc_type is not None and not self._started and self.is_main and not self.finished:
-                self._remove_if_empty()
+                self.directory.remove_if_empty()
         finally:
-            self._lock.release()
-
-    def _remove_if_empty(self) -> None:
-        """Rule 5: a run that failed before it started leaves nothing of its own behind."""
-        if not self.dir.is_dir() or any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir()):
-            return
-        for own in (MARKER, LOCK):
-            (self.dir / own).unlink(missing_ok=True)
-        if self._made_dir:
-            self.dir.rmdir()
+            self.directory.lock.release()
 
     # -------------------------------------------------------------------------- start: tracker, resume, saver
     def start(self, config: dict, objects: Mapping[str, Any] | None = None, identity: dict | None = None,
@@ -276,29 +269,25 @@ class Run:
     def _start(self, config: dict, objects: Mapping[str, Any] | None, identity: dict | None,
                models: Mapping[str, nn.Module] | None, tokenizer) -> int:
         """`start`'s work, on every process (no collective inside)."""
-        self.config, self.objects, self.identity = config, dict(objects or {}), identity or config
-        self.models, self.tokenizer = dict(models or {}), tokenizer
-        checkpoint = (load_checkpoint(self.resume_from, RESUMABLE) if self.resume_from else
-                      {"update": 0, "elapsed": 0.0, "tracker": {}})
-        if self.resume_from:
-            check_same_run(checkpoint["config"], self.identity)
+        objects, identity = dict(objects or {}), identity or config
+        checkpoint = resume_checkpoint(self.resume_from, identity)
         args = self.args
         self.tracker = Tracker(self.dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
                                name=f"{self.kind}_{args.task_name}_seed{args.seed}_{int(time.time())}",
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)
-        first = restore(checkpoint, self.objects) if self.resume_from else 0
+        first = restore(checkpoint, objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
-        if self.objects:
-            self.saver = BackgroundSaver(self.dir, args.keep_checkpoints, models=self.models)
+        self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
+                              dict(models or {}), tokenizer)
         return first
 
     def wait_checkpoint_copy(self) -> None:
         """Block until the last save has copied the weights off them (BackgroundSaver.wait_copied): the loop calls it
         before anything changes them, i.e. before its optimizer steps. A no-op without checkpoints."""
-        if self.saver is not None:
-            self.saver.wait_copied()
+        if self.saves is not None:
+            self.saves.wait_copied()
 
     @property
     def elapsed(self) -> float:
@@ -314,66 +303,34 @@ class Run:
         self.progress = progress(range(first, total), desc=desc, dynamic_ncols=True, initial=first, total=total,
                                  disable=not self.is_main)
         save_interval = getattr(self.args, "save_interval", 0) or total
+        saver = self.saves.saver  # None: a run without checkpoints
         with StopSignals() as stop:
             for update in self.progress:
                 yield update
                 event(f"update {update}")  # tests' hook: off in real runs
-                stopping = self._agree_after_update(stop)
+                stopping = agree_after_update(self.ranks, stop, self._failure or self.saves.error)
                 done = update + 1
                 saved = None
-                if self.saver is not None and (done % save_interval == 0 or done == total or stopping):
+                if saver is not None and (done % save_interval == 0 or done == total or stopping):
                     with self.ranks.agree():  # process 0 alone writes: its failure is every process's
-                        saved = self.save(done)
+                        saved = self.saves.save(done, self.tracker, self.elapsed)
                         if stopping or done == total:
-                            self.saver.wait()
+                            saver.wait()
                 if stopping:
-                    if self.saver is not None:
+                    if saver is not None:
                         raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with "
                                       "--resume", stop.signum or signal.SIGTERM)
                     raise Stopped(f"stopped by {stop.name} during {desc} training (batch {update}); --resume trains it "
                                   "again", stop.signum or signal.SIGTERM)
         self.progress.close()
 
-    def _agree_after_update(self, stop: StopSignals) -> bool:
-        """After each update every process learns, in one all-reduce, whether a signal reached any of them (-> True:
-        all stop at this update, saving is collective) and whether process 0's tracker or checkpoint writer failed
-        (then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50 updates later)."""
-        error = self._failure or (self.saver.error if self.saver is not None else None)
-        flags = self.ranks.sum(torch.tensor([float(stop.signum is not None), float(error is not None)]))
-        if flags[1].item() > 0:
-            self.ranks.agree_on(error)
-        return flags[0].item() > 0
-
-    def save(self, done: int) -> Path:
-        """Checkpoint after ``done`` updates: a thread copies the state while the next rollout runs, then writes the
-        training checkpoint and the models' directories (process 0; every process takes part in gathering)."""
-        state = training_state(done, self.objects, config=self.identity, tracker=self.tracker.state_dict(),
-                               elapsed=self.elapsed)
-        if not self.is_main:
-            return checkpoint_dir(self.dir, done)
-        self.tracker.flush()  # every row logged before this checkpoint is on disk before it is
-
-        def write_models(copies: Mapping[str, nn.Module]) -> None:
-            for name, model in copies.items():
-                save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
-            if self.kind == "policy":
-                draw_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
-
-        return self.saver.save(done, state, write_models)
-
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
-        """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
-        every process waits until it is there."""
-        path = self.dir / name
-        with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
-            if self.is_main:
-                with save_errors(self.dir, path):
-                    save_model_dir(path, model, self.tokenizer, hparams)
-        return path
+        """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it."""
+        return self.saves.save_model(name, model, hparams)
 
     def log(self, stats: Mapping[str, float], step: int) -> None:
         """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (on
-        process 0) ends the run at the end of this update, on every process (`_agree_after_update`)."""
+        process 0) ends the run at the end of this update, on every process (`agree_after_update`)."""
         self._keep_failure(self.tracker.log, dict(stats), step=step)
         shown = {label: f"{stats[name]:.4g}" for label, name in self.show.items() if name in stats}
         if shown and getattr(self, "progress", None) is not None:

@@ -1,7 +1,8 @@
 """A run directory's rules and lock: whose a directory is (our marker), where a run may start, what --overwrite may
 delete (entries runs write, links as links, never an input of the run), and the lock a live run holds. The rules, with
-their reasons, are docs/runs.md's; tests/test_run.py and tests/test_nothing_lost.py test each. Writes nothing but the
-lock; deletes only in `clear_run`.
+their reasons, are docs/runs.md's; tests/test_run.py and tests/test_nothing_lost.py test each. `RunDirectory` holds
+a run's directory for process 0: checks it, takes the lock, prepares it (leftovers, --overwrite, our marker), and
+removes what it made if the run fails before it starts.
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ import fcntl
 import json
 import os
 import shutil
+import time
+import uuid
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
+from lm_human_preference_details.checkpoint import list_checkpoints
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.files import atomic_path, remove_leftovers
 
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
 KINDS = ("reward", "policy", "sample")  # the two training scripts, and sample.py's output directory
@@ -137,3 +142,80 @@ class DirectoryLock:
         if self.fd is not None:
             os.close(self.fd)  # closing drops the lock
             self.fd = None
+
+
+class RunDirectory:
+    """Process 0's hold on a run's directory while the run lives: `enter` checks it (rules 1-3), takes the lock and
+    prepares it, `resume_point` tells every process what it found; the run releases ``lock`` when it ends, after
+    `remove_if_empty` if it failed before it started."""
+
+    def __init__(self, output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: list[Optional[str]],
+                 say: Callable[[str], None]):
+        self.dir, self.kind, self.output_dir = Path(output_dir), kind, output_dir
+        self.resume, self.overwrite, self.inputs, self.say = resume, overwrite, inputs, say
+        self.lock = DirectoryLock(self.dir)
+        self.made_dir = False
+        self.finished = False  # --resume found a finished model (FINISHED) to reuse
+
+    def enter(self) -> None:
+        """Check, lock and prepare the directory; what this run made goes if that fails (rule 5)."""
+        mode = check_run_dir(self.output_dir, self.kind, resume=self.resume, overwrite=self.overwrite,
+                             inputs=self.inputs)
+        try:
+            self._prepare(mode)
+        except BaseException:  # a full disk at the marker: what this run made goes (rule 5), as in Run.__exit__
+            if self.lock.fd is not None:  # the lock is ours: so are a bare marker and lock
+                self.remove_if_empty()
+            self.lock.release()
+            raise
+
+    def _prepare(self, mode: str) -> None:
+        """Take the lock, then clean, clear or mark the directory as ``mode`` says."""
+        self.made_dir = not self.dir.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        # re-read under the lock: another run may have started here since the check
+        if mode == "fresh" and any(p.name != LOCK for p in self.dir.iterdir()):
+            mode = check_run_dir(self.output_dir, self.kind, resume=self.resume, overwrite=self.overwrite,
+                                 inputs=self.inputs)
+        remove_leftovers(self.dir)
+        remove_leftovers(self.dir / "checkpoints")
+        finished = FINISHED.get(self.kind)
+        if mode == "resume" and finished and (self.dir / finished).is_dir():
+            self.say(f"resume: reusing the finished {self.kind} model {self.dir / finished}")
+            self.finished = True
+            return
+        if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
+            self.say(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
+                     "starting again")
+            clear_run(self.dir, SAMPLE_ENTRIES if self.kind == "sample" else RUN_ENTRIES)
+        elif mode == "fresh" and self.resume:
+            self.say(f"resume: {self.dir} holds no run yet; starting from the beginning")
+        if mode != "resume" or finished:
+            text = json.dumps({"kind": self.kind, "id": uuid.uuid4().hex[:12], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "by": "lm-human-preference-details"}, indent=2)
+            with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
+                tmp.write_text(text + "\n")
+
+    def resume_point(self, is_main: bool) -> Optional[Path]:
+        """After `enter`, on every process: ``finished`` as process 0 found it, and the last checkpoint a resumed policy
+        run continues from (None: it starts from the beginning)."""
+        finished = FINISHED.get(self.kind)
+        if not is_main:  # what process 0 found: a finished model it kept (an unfinished one it cleared)
+            self.finished = bool(self.resume and finished and (self.dir / finished).is_dir())
+        if self.finished or not (self.resume and self.kind == "policy"):
+            return None
+        found = list_checkpoints(self.dir)
+        resume_from = found[-1] if found else None
+        self.say(f"resume: continuing from {resume_from}" if resume_from else
+                 f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
+        return resume_from
+
+    def remove_if_empty(self) -> None:
+        """Rule 5: a run that failed before it started leaves nothing of its own behind."""
+        if not self.dir.is_dir() or any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir()):
+            return
+        for own in (MARKER, LOCK):
+            (self.dir / own).unlink(missing_ok=True)
+        if self.made_dir:
+            self.dir.rmdir()

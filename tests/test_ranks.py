@@ -12,9 +12,10 @@ import torch
 from safetensors.torch import load_file
 
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.gradients import BlockGradients
 from lm_human_preference_details.model import Policy, load_lm
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler
-from lm_human_preference_details.ranks import BlockGradients, Ranks, held_ranks, rank_seed
+from lm_human_preference_details.ranks import Ranks, held_ranks, rank_seed
 from lm_human_preference_details.tasks import TaskHParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +91,7 @@ def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
 
 
 def test_tree_add_builds_a_balanced_binary_tree():
-    from lm_human_preference_details.ranks import tree_add, tree_total
+    from lm_human_preference_details.gradients import tree_add, tree_total
 
     class Term:  # records the additions as a string
         def __init__(self, text):

@@ -27,11 +27,11 @@ INJECT = textwrap.dedent('''
     if os.environ.get("RANK") == "0" and os.environ.get("LMHP_TEST_INJECT"):
         what = os.environ["LMHP_TEST_INJECT"]
         if what == "main_first":  # any exception on process 0 inside main_first (the run-directory checks)
-            import lm_human_preference_details.run as run
+            import lm_human_preference_details.run_dir as run_dir
 
             def broken(*args, **kwargs):
                 raise RuntimeError("injected on process 0")
-            run.check_run_dir = broken
+            run_dir.check_run_dir = broken
         elif what == "disk_full":  # every checkpoint write fails on process 0 (root ignores read-only modes)
             import lm_human_preference_details.checkpoint as checkpoint
 
