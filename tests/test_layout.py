@@ -1,4 +1,5 @@
-"""The package's layout: no import cycle, a docstring per module, no task-specific branch in the scripts' train()."""
+"""The package's layout: no import cycle, a docstring per module, no task-specific branch in the scripts' train(),
+modules, classes and functions of a readable size."""
 
 from __future__ import annotations
 
@@ -129,3 +130,36 @@ def test_the_readme_layout_lists_every_module():
     block = readme.split("## Layout", 1)[1].split("```")[1]
     listed = {line.split()[0] for line in block.splitlines() if line.startswith("  ") and line.split()[0].endswith(".py")}
     assert listed == {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+
+
+# a module a maintainer can read in one sitting; the scripts are single files by design, so only their parts are held
+MODULE_LINES, CLASS_LINES, FUNCTION_LINES = 450, 150, 75
+
+
+def too_long(source: str, name: str, whole_module: bool) -> list[str]:
+    """What in ``source`` is over its size: the module itself (when held), and each class and function."""
+    found = [f"{name}: {len(source.splitlines())} lines"] if whole_module and len(source.splitlines()) > MODULE_LINES else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            limit = CLASS_LINES if isinstance(node, ast.ClassDef) else FUNCTION_LINES
+            if node.end_lineno - node.lineno + 1 > limit:
+                found.append(f"{name}: {node.name} {node.end_lineno - node.lineno + 1} lines")
+    return found
+
+
+def test_no_module_class_or_function_is_over_its_size():
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) > 30 and any(p.parent.name == "queries" for p in modules)  # the subpackage is walked too
+    found = [f for p in modules for f in too_long(p.read_text(), p.name, whole_module=True)]
+    found += [f for script in ("train_policy.py", "train_reward.py")
+              for f in too_long((ROOT / script).read_text(), script, whole_module=False)]
+    assert not found, found
+
+
+def test_the_size_check_sees_each_kind():
+    body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES))
+    assert too_long(f"def train():\n{body}\n", "s.py", whole_module=False) == ["s.py: train 76 lines"]
+    assert too_long(f"class A:\n    def f(self):\n        pass\n{body}\n{body}\n", "m.py", whole_module=False) == [
+        "m.py: A 153 lines"]
+    assert too_long("x = 1\n" * 451, "m.py", whole_module=True) == ["m.py: 451 lines"]
+    assert too_long("x = 1\n" * 451, "m.py", whole_module=False) == []
