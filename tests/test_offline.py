@@ -131,7 +131,10 @@ def test_the_shipped_assets_are_best_of_4_labels_of_the_gold_scorer(tokenizer, t
 
 def test_offline_task_end_to_end(tmp_path, offline_cache):
     """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score."""
-    env = {**os.environ, "LMHP_CACHE": str(offline_cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    # one thread: two spin at OpenMP's barriers whenever another process takes a core (a reward model alone took
+    # 69 s instead of 24 s beside one busy loop), and beside a second test suite this run passed its 900 s timeout
+    env = {**os.environ, "LMHP_CACHE": str(offline_cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+           "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--ppo.total-episodes", "640",
                "--output-dir", str(tmp_path / "run")]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
