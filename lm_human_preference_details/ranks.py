@@ -33,6 +33,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+# Imported before any process group exists. torch.distributed.nn's functions take `group.WORLD` as a default argument,
+# evaluated when the module is first imported; transformers imports it (through FSDP) while it loads a model, after
+# init_process_group. Those defaults would then hold the world group, destroy_process_group could not free it, and its
+# gloo threads would live on into the interpreter's exit, where a process can die of SIGABRT ("terminate called without
+# an active exception") when the CPU is busy (docs/ranks.md, "Leaving the process group").
+import torch.distributed.nn  # noqa: F401
+
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError

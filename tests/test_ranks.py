@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,32 @@ def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
     _run("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
     assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2
+
+
+LEAVE = '''
+import os, sys, torch
+from lm_human_preference_details.model import load_lm
+from lm_human_preference_details.ranks import setup_distributed, shutdown_distributed
+
+def gloo_threads():
+    return sum("gloo" in open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task"))
+
+setup_distributed(torch.device("cpu"))
+joined = gloo_threads()
+load_lm(sys.argv[1])  # transformers imports torch.distributed.nn here, while the group exists
+shutdown_distributed()
+print(f"process {os.environ['RANK']}: gloo threads {joined} -> {gloo_threads()}")
+'''
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in Linux's /proc")
+def test_leaving_the_process_group_ends_its_gloo_threads_after_a_model_load(assets, tmp_path):
+    """A process that left the group keeps none of gloo's threads (alive into the interpreter's exit, they can make a
+    torchrun process die of SIGABRT there): ranks.py imports torch.distributed.nn first, so a model load cannot pin the
+    group in that module's default arguments."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE)
+    out = _run(script, 2, assets / "tiny-gpt2").stdout
+    counts = sorted(re.findall(r"process (\d): gloo threads (\d+) -> (\d+)", out))
+    assert [c[0] for c in counts] == ["0", "1"], out
+    assert all(int(joined) > 0 and int(left) == 0 for _, joined, left in counts), out
