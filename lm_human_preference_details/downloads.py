@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
 from lm_human_preference_details.errors import UserError, doing
-from lm_human_preference_details.files import atomic_path, sha256_of
+from lm_human_preference_details.files import atomic_path, cache_lock, sha256_of
 from lm_human_preference_details.progress import progress
 
 OAI_URL = "https://openaipublic.blob.core.windows.net/lm-human-preferences"  # OpenAI's public container
@@ -157,6 +157,14 @@ def fetch(source: str, *, cache_dir: str | os.PathLike | None = None, sha256: st
         raise UserError(f"cannot fetch {source}: only http(s) URLs and local paths are supported")
     dest = cache_path_of(source, cache_dir)
     if _cached_ok(dest, sha256):
+        return dest
+    with cache_lock(dest):  # one process downloads, however many reach it; the others wait, then find it
+        return _fetch_locked(source, dest, sha256, retries, backoff)
+
+
+def _fetch_locked(source: str, dest: Path, sha256: str | None, retries: int, backoff: float) -> Path:
+    """`fetch`'s download of ``source`` into ``dest``, retried, under its cache lock."""
+    if _cached_ok(dest, sha256):  # another process downloaded it while this one waited
         return dest
     dest.unlink(missing_ok=True)  # a corrupted or mismatching copy: download it again
     _sidecar(dest).unlink(missing_ok=True)

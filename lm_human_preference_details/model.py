@@ -361,10 +361,11 @@ HEAD_FILE = "head.pt"
 HPARAMS_FILE = "hparams.json"
 
 
-def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict) -> None:
-    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included)."""
+def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True) -> None:
+    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included);
+    ``replace=False``: a cache entry, kept if a concurrent writer published it first (files.atomic_path)."""
     try:
-        with atomic_path(path, is_dir=True) as tmp:
+        with atomic_path(path, is_dir=True, replace=replace) as tmp:
             model.lm.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             head = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("lm.")}

@@ -1,5 +1,5 @@
 """Issue 31: --device auto on a box with no usable GPU, cuda:N made the current device (the CUDA probe faked), the
-minibatch indices on the compute device, and an oai: reward model converted by process 0 alone. Issue 42: --device
+minibatch indices on the compute device, and an oai: reward model converted inside an agreement. Issue 42: --device
 under torchrun, one GPU per process of a node."""
 
 import contextlib
@@ -78,13 +78,14 @@ def test_minibatch_indices_live_on_the_compute_device():
     assert len(indices) == 2 and all(i.device.type == "meta" and i.shape == (16,) for i in indices)
 
 
-def test_an_oai_reward_model_is_converted_by_process_0_alone(monkeypatch):
-    """Under torchrun, process 0 converts oai:NAME into the cache while the others wait in main_first, then read it."""
+def test_an_oai_reward_model_is_converted_inside_an_agreement(monkeypatch):
+    """Under torchrun, every process resolves oai:NAME (one converts under the cache entry's lock, files.cache_lock,
+    while the others wait for it outside any collective), then they agree whether it failed anywhere."""
     events = []
 
     class FakeRanks:
         @contextlib.contextmanager
-        def main_first(self):
+        def agree(self):
             events.append("enter")
             yield
             events.append("leave")
@@ -98,7 +99,7 @@ def test_an_oai_reward_model_is_converted_by_process_0_alone(monkeypatch):
     args.rewards.trained_model = "oai:sentiment"
     with pytest.raises(UserError, match="stop here"):
         train_policy.get_reward_model(args, tokenizer=None, device="cpu", ranks=FakeRanks())
-    assert events == ["enter", "resolve oai:sentiment"]  # the conversion ran inside main_first
+    assert events == ["enter", "resolve oai:sentiment"]  # the conversion ran inside the agreement
 
 
 def under_torchrun(monkeypatch, gpus: int, per_node: int, nodes: int = 1) -> None:
