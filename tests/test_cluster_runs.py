@@ -86,6 +86,21 @@ def test_a_process_that_sees_another_run_directory_ends_the_job_in_one_line(tmp_
     assert "is not the same run directory on every process" in message and "all nodes share" in message
 
 
+def test_a_process_that_sees_an_older_run_than_process_0s_new_one_ends_the_job(tmp_path, monkeypatch):
+    """The other order: process 0's node had no run (it started one), process 1's holds a saved run."""
+    monkeypatch.setattr(run_dir, "SHARED_DIR_WAIT_S", 0.2)
+    old = process_0_view(saved_run(tmp_path / "node1"))
+    fresh = tmp_path / "node0"
+    directory = RunDirectory(str(fresh), "policy", resume=True, overwrite=False, inputs=[], say=lambda line: None)
+    directory.enter()
+    stands = directory.standing()
+    directory.lock.release()
+    assert stands["run"] and stands["run"] != old["run"] and stands["checkpoint"] is None
+    with pytest.raises(UserError, match=f"here run {old['run']}, last checkpoint update_00000003 .* on process 0 run "
+                                        f"{stands['run']}, no checkpoint"):
+        other_process(tmp_path / "node1", stands)
+
+
 def test_a_finished_reward_model_that_process_0_alone_sees_is_one_line(tmp_path, monkeypatch):
     """The policy's own reward run: node 1 used to fail 'RUN/reward/reward_model is not a saved reward model'."""
     monkeypatch.setattr(run_dir, "SHARED_DIR_WAIT_S", 0.2)
