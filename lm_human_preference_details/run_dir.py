@@ -224,7 +224,8 @@ class RunDirectory:
                     "checkpoint": found[-1].name if found else None,
                     "sums": sha256_of(sums) if sums is not None and sums.is_file() else None}
         except OSError as e:  # still a view to compare: this process must reach the collective in resume_point
-            return {"run": None, "unreadable": f"{type(e).__name__}: {e}"}
+            return {"run": None, "finished": False, "checkpoint": None, "sums": None,
+                    "unreadable": f"{type(e).__name__}: {e}"}
 
     def resume_point(self, from_main: Callable[[dict], dict]) -> Optional[Path]:
         """After `enter`, on every process: where the run stands as process 0 sees it (``from_main``: process 0's
