@@ -340,7 +340,7 @@ def resolve_model(path: str | Path, kind: str, cache_dir: str | Path | None = No
         if not (out / "config.json").is_file():
             print(f"converting OpenAI's TensorFlow {kind} model {path} into {out} (once)")
             convert_model_dir(model_dir, kind, out, task=_run_task(model_dir.parent),
-                              prefix=None if path.startswith("oai:") else prefix, replace=False)
+                              prefix=None if path.startswith("oai:") else prefix, replace=out.exists())
     return str(out)
 
 

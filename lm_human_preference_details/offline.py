@@ -304,7 +304,9 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
     with cache_lock(out):  # every torchrun process gets here before the process group: one builds, the others wait
         if (out / "labels.json").exists():
             return out
-        with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True, replace=False) as tmp:
+        replace = out.exists()  # an incomplete entry (its labels.json deleted) is replaced; a new one never replaces
+        # another's: a concurrent builder's, where the file system has no locks
+        with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True, replace=replace) as tmp:
             print(f"creating the offline task's assets in {out} (once)")
             write_queries(tmp)
             unship(SHIPPED, tmp)

@@ -58,6 +58,16 @@ def test_four_threads_fetching_one_url_download_it_once(server, tmp_path):
     assert sorted(p.name for p in got[0].parent.iterdir()) == ["f.txt", "f.txt.sha256"]  # no lock file left
 
 
+def test_an_incomplete_assets_directory_is_built_again(tmp_path):
+    from lm_human_preference_details.offline import ensure_offline_assets
+
+    out = tmp_path / "offline"
+    out.mkdir()
+    (out / "queries.txt").write_text("cut short\n")  # no labels.json: not a complete entry
+    ensure_offline_assets(out)
+    assert (out / "labels.json").is_file() and (out / "queries.txt").read_text() != "cut short\n"
+
+
 BUILD = textwrap.dedent('''
     import sys, time
     from pathlib import Path
