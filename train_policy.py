@@ -261,7 +261,8 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     path = args.rewards.trained_model
     if path is None:
         path = train_reward.train(reward_run_args(args, check_inputs=False))  # checked by Args.finalize
-    with ranks.main_first() if ranks is not None else contextlib.nullcontext():  # process 0 converts, the others wait
+    # every process: one converts under the cache entry's lock while the others wait for it, polling, not in a collective
+    with ranks.agree() if ranks is not None else contextlib.nullcontext():
         path = resolve_reward_model(path)  # oai:NAME or a TF checkpoint of the original: converted once, cached
     reward_model, reward_tokenizer, hparams = load_model_dir(path, "reward", device)
     check_reward_task(path, hparams, args.task)
@@ -438,7 +439,7 @@ def train(args: Args) -> dict:
               args.rewards.train_new_model.labels.source]
     with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
         task = get_task(args.task_name)
-        with ranks.main_first():  # process 0 builds any cached assets, the others read them
+        with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
         reward_model, reward_hparams = get_reward_model(args, tokenizer, device, ranks)

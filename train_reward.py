@@ -249,7 +249,7 @@ def train(args: Args) -> Path:
         if run.finished:
             return run.dir / "reward_model"
         # 1. labels: OpenAI's schema, pads 50259 mapped to ours (FIDELITY A2 OAI pad remap)
-        with ranks.main_first():  # process 0 builds or downloads into the cache, the others read it
+        with ranks.agree():  # built or downloaded once per cache under its lock (files.cache_lock), whoever comes first
             get_task(args.task_name).prepare()
             label_path = fetch_oai(args.labels.source)
         tokenizer = load_tokenizer(args.base_model)

@@ -3,6 +3,7 @@ CUDA GPU, else the CPU, with a warning or a refusal when a GPU was expected)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -101,8 +102,11 @@ def visible_devices() -> str:
 
 
 def check_device(name: str) -> None:
-    """--device names a device this torch can use, else one line saying what it can see."""
+    """--device names a device this torch can use, one per torchrun process of a node, else one line saying what it
+    can see."""
     if name == "auto":
+        if why_no_gpu() is None:  # auto takes the GPUs: one per process, as cuda
+            check_gpus_per_process(name, torch.device("cuda"))
         return
     try:
         device = torch.device(name)
@@ -118,3 +122,21 @@ def check_device(name: str) -> None:
         raise UserError(f"--device {name}, but {visible_devices()}: pass --device cpu or auto")
     if device.type not in ("cpu", "cuda", "mps"):
         raise UserError(f"--device {name}: only cpu, cuda[:N] and mps are supported; {visible_devices()}")
+    check_gpus_per_process(name, device)
+
+
+def check_gpus_per_process(name: str, device: torch.device) -> None:
+    """Under torchrun, each process of a node takes a GPU of its own (GPU LOCAL_RANK, ranks.setup_distributed): a fixed
+    cuda:N for several processes of a node, or more processes than the node's GPUs, is one line here, before any
+    process group (else NCCL refuses two processes on one GPU, or CUDA says "invalid device ordinal" in a collective)."""
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # torchrun's --nproc-per-node
+    if per_node <= 1 or device.type != "cuda":
+        return
+    if device.index is not None:
+        raise UserError(f"--device {name} puts all {per_node} processes of this node on GPU {device.index}, which NCCL "
+                        "refuses: pass --device cuda (process i of a node takes GPU i), and choose the GPUs with "
+                        "CUDA_VISIBLE_DEVICES")
+    gpus = torch.cuda.device_count()
+    if per_node > gpus:
+        raise UserError(f"torchrun starts {per_node} processes on this node, one per GPU, but {visible_devices()} "
+                        f"({gpus} GPU{'s' if gpus != 1 else ''}): pass --nproc-per-node {gpus} or fewer")

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 
 from lm_human_preference_details import files
 from lm_human_preference_details.errors import UserError, doing
-from lm_human_preference_details.files import atomic_path, sha256_of
+from lm_human_preference_details.files import atomic_path, cache_lock, sha256_of
 from lm_human_preference_details.progress import progress
 
 OAI_URL = "https://openaipublic.blob.core.windows.net/lm-human-preferences"  # OpenAI's public container
@@ -121,28 +121,46 @@ def _read_chunk(response, received: int) -> bytes:
         raise ConnectionError(f"connection failed after {received} bytes ({e})") from None
 
 
-def _download_once(url: str, dest: Path, sha256: str | None) -> None:
-    """One attempt: stream ``url`` into a temporary file renamed onto ``dest`` only when complete and verified."""
-    with urllib.request.urlopen(url, timeout=60) as response:
+def _validator(headers) -> str | None:
+    """What identifies this version of a response's file for an If-Range request: a strong ETag, else its date."""
+    etag = headers.get("ETag")
+    return etag if etag and not etag.startswith("W/") else headers.get("Last-Modified")
+
+
+def _download_into(url: str, part: Path, sha256: str | None, resume: dict) -> str:
+    """One attempt: stream ``url`` into ``part``, continuing the bytes an earlier attempt left there when the server
+    says they are of the same version (a Range request with If-Range: ``resume["validator"]``), else from the start;
+    -> the file's sha256 once complete and checked."""
+    have = part.stat().st_size if part.exists() else 0
+    validator = resume.get("validator")
+    headers = {"Range": f"bytes={have}-", "If-Range": validator} if have and validator else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as response:
+        if getattr(response, "status", 200) != 206:  # the whole file (it changed, or no range is served)
+            have = 0
+        resume["validator"] = _validator(response.headers)
         size = response.headers.get("Content-Length")
-        total = int(size) if size is not None else None
-        h, received = hashlib.sha256(), 0
-        with atomic_path(dest) as tmp, open(tmp, "wb") as f, progress(
-            total=total, unit="B", unit_scale=True, desc=f"downloading {dest.name}",
+        total = have + int(size) if size is not None else None
+        h, received = hashlib.sha256(), have
+        if have:
+            with open(part, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        with open(part, "ab" if have else "wb") as f, progress(
+            total=total, unit="B", unit_scale=True, desc=f"downloading {part.name}",
             disable=total is None or total < (8 << 20), leave=False,
         ) as bar:
+            bar.update(have)
             for chunk in iter(lambda: _read_chunk(response, received), b""):
                 f.write(chunk)
                 h.update(chunk)
                 received += len(chunk)
                 bar.update(len(chunk))
-            if total is not None and received != total:  # http.client returns a short body without an error
-                raise ConnectionError(f"connection closed after {received} of {total} bytes")
-            if sha256 is not None and h.hexdigest() != sha256:
-                raise UserError(f"{url} downloaded with sha256 {h.hexdigest()}, expected {sha256}; "
-                                "the file changed upstream or the checksum is wrong")
-    with atomic_path(_sidecar(dest)) as tmp:
-        tmp.write_text(h.hexdigest() + "\n")
+        if total is not None and received != total:  # http.client returns a short body without an error
+            raise ConnectionError(f"connection closed after {received} of {total} bytes")
+    if sha256 is not None and h.hexdigest() != sha256:
+        raise UserError(f"{url} downloaded with sha256 {h.hexdigest()}, expected {sha256}; "
+                        "the file changed upstream or the checksum is wrong")
+    return h.hexdigest()
 
 
 def fetch(source: str, *, cache_dir: str | os.PathLike | None = None, sha256: str | None = None,
@@ -158,23 +176,40 @@ def fetch(source: str, *, cache_dir: str | os.PathLike | None = None, sha256: st
     dest = cache_path_of(source, cache_dir)
     if _cached_ok(dest, sha256):
         return dest
+    with cache_lock(dest):  # one process downloads, however many reach it; the others wait, then find it
+        return _fetch_locked(source, dest, sha256, retries, backoff)
+
+
+def _fetch_locked(source: str, dest: Path, sha256: str | None, retries: int, backoff: float) -> Path:
+    """`fetch`'s download of ``source`` into ``dest``, retried, under its cache lock."""
+    if _cached_ok(dest, sha256):  # another process downloaded it while this one waited
+        return dest
     dest.unlink(missing_ok=True)  # a corrupted or mismatching copy: download it again
     _sidecar(dest).unlink(missing_ok=True)
-    retries = max(retries, 1)
+    try:
+        with atomic_path(dest) as part:  # kept across the attempts: a retry continues where the last one stopped
+            digest = _attempts(source, dest, part, sha256, max(retries, 1), backoff)
+        with atomic_path(_sidecar(dest)) as tmp:
+            tmp.write_text(digest + "\n")
+    except OSError as e:  # not the network (_attempts says that): the cache itself
+        raise UserError(f"cannot write {dest} ({e}); set LMHP_CACHE to a writable directory") from None
+    return dest
+
+
+def _attempts(source: str, dest: Path, part: Path, sha256: str | None, retries: int, backoff: float) -> str:
+    """Download ``source`` into ``part`` in up to ``retries`` attempts, each continuing the last; -> its sha256."""
+    resume: dict = {}
     for attempt in range(retries):
         last = attempt == retries - 1
         try:
             with doing(f"downloading {source} into {dest}"):
-                _download_once(source, dest, sha256)
-            return dest
+                return _download_into(source, part, sha256, resume)
         except urllib.error.HTTPError as e:
             if e.code < 500 or last:  # a 4xx answer will not change on a retry
                 raise DownloadError(source, f"HTTP {e.code} {e.reason}", dest, offline=False) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as e:
             if last:
                 raise DownloadError(source, str(getattr(e, "reason", None) or e), dest, offline=True) from None
-        except OSError as e:  # not the network: the cache itself
-            raise UserError(f"cannot write {dest} ({e}); set LMHP_CACHE to a writable directory") from None
         time.sleep(backoff * 2**attempt)
     raise AssertionError("unreachable")
 

@@ -1,24 +1,32 @@
-"""Files on disk: the cache directory that downloads and built assets live in, and atomic writes.
+"""Files on disk: the cache directory that downloads and built assets live in, its build locks, and atomic writes.
 
 An atomic write goes to a temporary beside its target, named ``.lmhp-tmp~HOST~PID~NAME~XXXX`` (a name no user file
 has), and is renamed onto the target only when complete. A process killed half-way leaves that temporary behind;
 the next atomic write into the same directory removes it once its owner (same host, that pid) is gone.
+
+A cache entry (the offline task's assets, a download, a converted ``oai:`` model) is built once however many processes
+and nodes reach it: the builder holds the entry's lock (`cache_lock`), the others wait for it, polling, then find the
+entry built. A directory entry is published with ``replace=False``: a concurrent publish (a file system without
+locks) keeps the first one, and a reader never finds the directory missing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
+BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
 HOST = socket.gethostname().replace("~", "-")
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # how a full disk reads where no errno comes with it: the C library's words (safetensors' SafetensorError quotes them),
@@ -75,10 +83,12 @@ def remove_leftovers(directory: str | os.PathLike) -> list[str]:
 
 
 @contextlib.contextmanager
-def atomic_path(final: str | os.PathLike, is_dir: bool = False) -> Iterator[Path]:
+def atomic_path(final: str | os.PathLike, is_dir: bool = False, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it onto ``final`` only if the block succeeds.
 
-    Nothing half-written is ever visible at ``final``: on any error the temporary is removed.
+    Nothing half-written is ever visible at ``final``: on any error the temporary is removed. ``replace=False`` (a
+    cache entry, the same whoever builds it): a ``final`` that exists by then, published by a concurrent writer, is
+    kept and this one dropped.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -90,18 +100,82 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False) -> Iterator[Path
     target = tmp if is_dir else tmp / final.name
     try:
         yield target
-        if is_dir:
-            if final.exists():
-                old = final.with_name(f"{OLD}~{HOST}~{os.getpid()}~{final.name}")
-                os.replace(final, old)
-                os.replace(target, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(target, final)
+        if not replace:
+            _publish_once(target, final)
+        elif is_dir and final.exists():
+            old = final.with_name(f"{OLD}~{HOST}~{os.getpid()}~{final.name}")
+            os.replace(final, old)
+            os.replace(target, final)
+            shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(target, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish_once(target: Path, final: Path) -> None:
+    """Rename ``target`` onto a ``final`` that does not exist; a directory that exists (or appears meanwhile) is kept.
+    A file is replaced as usual: a rename onto it is atomic, and a concurrent writer's copy is the same."""
+    if final.exists():
+        return
+    if not target.is_dir():
+        os.replace(target, final)
+        return
+    try:
+        os.rename(target, final)  # onto a non-empty directory it fails: the first publish stays whole
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+
+
+@contextlib.contextmanager
+def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
+    """Hold the build lock of the cache entry ``entry`` (``.lmhp-building~NAME`` beside it, flock) while the block
+    builds it. A process that finds it held waits, polling (never in a collective: the wait is as long as the build,
+    past NCCL's 10 minutes if need be), and says for whom once; the kernel drops a dead builder's lock. The holder
+    removes the lock file as it leaves. Where no lock can be taken (a read-only cache, a file system without locks)
+    the block runs unlocked."""
+    path = Path(entry).parent / f"{BUILDING}~{Path(entry).name}"
+    fd = _take(path, poll_s)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            path.unlink(missing_ok=True)  # before the lock is dropped: a waiter then finds its file gone, and retries
+            os.close(fd)
+
+
+def _take(path: Path, poll_s: float) -> int | None:
+    """An open descriptor of the lock file ``path``, flock-ed by this process; None where no lock can be taken."""
+    said = False
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not said and os.environ.get("RANK", "0") == "0":  # under torchrun, process 0 says it
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
+            said = True
+            os.close(fd)
+            time.sleep(poll_s)
+            continue
+        except OSError:  # no locks on this file system (ENOLCK): replace=False publishes keep an entry whole
+            os.close(fd)
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a file its last holder removed while this process waited for it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {HOST}".encode(), 0)
+            return fd
+        os.close(fd)
 
 
 def sha256_of(path: Path) -> str:

@@ -217,6 +217,13 @@ class LMWithHead(nn.Module):
         with full_precision(h.device):
             return self.lm.get_output_embeddings()(h.float())[..., : self.n_vocab].float()
 
+    def head_scalars(self, h: torch.Tensor) -> torch.Tensor:
+        """[..., d] hidden -> [...] float32 outputs of the scalar head (values, or rewards before gain and bias),
+        autocast off (--bf16 too), as the LM head's logits: a bfloat16 product would round a value of 1 by up to 2^-8."""
+        # OAI lm_human_preferences/language/model.py: fc_layer for the heads, float32 as the original computed them
+        with full_precision(h.device):
+            return self.head(h.float()).squeeze(-1)
+
 
 class RewardModel(LMWithHead):
     """reward(x, y) = gain * head(h_last) + bias over [query, response] (FIDELITY D1 reward gain and bias)."""
@@ -232,7 +239,7 @@ class RewardModel(LMWithHead):
         # OAI lm_human_preferences/rewards.py: RewardModelTrainer._build, reward = lm_output['reward'][:, -1]
         last = torch.full((len(query_responses), 1), query_responses.shape[1] - 1, device=query_responses.device)
         h_last = self.hidden_at(query_responses, last)[:, 0]  # [b, d]
-        return self.gain * self.head(h_last).squeeze(-1).float() + self.bias
+        return self.gain * self.head_scalars(h_last) + self.bias
 
     def score(self, queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         """[b, q] queries and [b, r] responses -> [b] rewards of their plain concatenation."""
@@ -268,7 +275,7 @@ class Policy(LMWithHead):
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[b, t] tokens -> ([b, t, n_vocab] float32 logits, [b, t] values)."""
         h = self.hidden(tokens)
-        return self.lm_logits(h), self.head(h).squeeze(-1).float()
+        return self.lm_logits(h), self.head_scalars(h)
 
     def analyze_responses(self, contexts: torch.Tensor, responses: torch.Tensor) -> dict[str, torch.Tensor]:
         """Log-probs, entropies and values of given responses, each [b, r] (FIDELITY C3 scoring slice)."""
@@ -287,7 +294,7 @@ class Policy(LMWithHead):
             logprobs = logprobs_from_logits(logits, responses)
             with torch.no_grad():
                 entropies = entropy_from_logits(logits)
-        return {"logprobs": logprobs, "entropies": entropies, "values": self.head(h).squeeze(-1).float()}  # [b, r] each
+        return {"logprobs": logprobs, "entropies": entropies, "values": self.head_scalars(h)}  # [b, r] each
 
     @torch.no_grad()
     def sample(self, contexts: torch.Tensor, length: int, generator: torch.Generator | None = None,
@@ -337,7 +344,7 @@ class Policy(LMWithHead):
                 logprob = logprobs_from_logits(logits[:, None], token)  # [b, 1]
             responses.append(token)
             logprobs.append(logprob)
-            values.append(self.head(h).float())
+            values.append(self.head_scalars(h)[:, None])  # [b, 1]
             if step < length - 1:  # the last token predicts nothing: no forward pass for it
                 h = advance(token, step)  # [b, d]
         return {
@@ -354,10 +361,11 @@ HEAD_FILE = "head.pt"
 HPARAMS_FILE = "hparams.json"
 
 
-def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict) -> None:
-    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included)."""
+def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True) -> None:
+    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included);
+    ``replace=False``: a cache entry, kept if a concurrent writer published it first (files.atomic_path)."""
     try:
-        with atomic_path(path, is_dir=True) as tmp:
+        with atomic_path(path, is_dir=True, replace=replace) as tmp:
             model.lm.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             head = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("lm.")}

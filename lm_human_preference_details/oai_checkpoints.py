@@ -29,6 +29,7 @@ import torch
 from lm_human_preference_details import files
 from lm_human_preference_details.downloads import OAI_URL, DownloadError, fetch
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.files import cache_lock
 from lm_human_preference_details.model import Policy, RewardModel, save_model_dir
 from lm_human_preference_details.tokenizer import gpt2_tokenizer
 
@@ -216,9 +217,9 @@ def gpt2_config(hparams: dict):
 
 
 def convert_model_dir(model_dir: str | Path, kind: str, out: str | Path, task: dict | None = None,
-                      prefix: str | Path | None = None) -> Path:
+                      prefix: str | Path | None = None, replace: bool = True) -> Path:
     """An OAI RUN/policy or RUN/reward_model directory -> our saved model directory ``out`` (FIDELITY B3 head init, D8 saved
-    gain and bias).
+    gain and bias); ``replace=False``: a cache entry, kept if another process published it first.
 
     The checkpoint is ``prefix``, by default the latest one of the directory.
     """
@@ -271,7 +272,7 @@ def convert_model_dir(model_dir: str | Path, kind: str, out: str | Path, task: d
     saved = {"converted_from": str(ckpt.prefix), "oai_model_hparams": hparams}
     if task is not None:
         saved["task"] = task
-    save_model_dir(out, model, tokenizer, saved)
+    save_model_dir(out, model, tokenizer, saved, replace=replace)
     return Path(out)
 
 
@@ -333,10 +334,13 @@ def resolve_model(path: str | Path, kind: str, cache_dir: str | Path | None = No
         index = prefix.with_name(prefix.name + ".index")
         stamp = f"{prefix.resolve()}:{index.stat().st_size}:{index.stat().st_mtime_ns}"
         out = cache / "oai-converted" / ("local-" + hashlib.sha256(stamp.encode()).hexdigest()[:16]) / SCOPES[kind]
-    if not (out / "config.json").is_file():
-        print(f"converting OpenAI's TensorFlow {kind} model {path} into {out} (once)")
-        convert_model_dir(model_dir, kind, out, task=_run_task(model_dir.parent),
-                          prefix=None if path.startswith("oai:") else prefix)
+    if (out / "config.json").is_file():
+        return str(out)
+    with cache_lock(out):  # one process converts, however many reach it; the others wait, then read it
+        if not (out / "config.json").is_file():
+            print(f"converting OpenAI's TensorFlow {kind} model {path} into {out} (once)")
+            convert_model_dir(model_dir, kind, out, task=_run_task(model_dir.parent),
+                              prefix=None if path.startswith("oai:") else prefix, replace=out.exists())
     return str(out)
 
 

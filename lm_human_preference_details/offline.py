@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from lm_human_preference_details import files
 from lm_human_preference_details.errors import doing
-from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.files import atomic_path, cache_lock
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.lm_head import response_logprobs
 from lm_human_preference_details.model import Policy, disable_dropout, load_lm
@@ -301,10 +301,15 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
     out = Path(out or offline_dir())
     if (out / "labels.json").exists():
         return out
-    with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True) as tmp:
-        print(f"creating the offline task's assets in {out} (once)")
-        write_queries(tmp)
-        unship(SHIPPED, tmp)
+    with cache_lock(out):  # every torchrun process gets here before the process group: one builds, the others wait
+        if (out / "labels.json").exists():
+            return out
+        replace = out.exists()  # an incomplete entry (its labels.json deleted) is replaced; a new one never replaces
+        # another's: a concurrent builder's, where the file system has no locks
+        with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True, replace=replace) as tmp:
+            print(f"creating the offline task's assets in {out} (once)")
+            write_queries(tmp)
+            unship(SHIPPED, tmp)
     return out
 
 

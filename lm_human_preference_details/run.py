@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from lm_human_preference_details.checkpoint import (
@@ -116,6 +118,15 @@ def agree_after_update(ranks, stop: StopSignals, error: Optional[BaseException])
     if flags[1].item() > 0:
         ranks.agree_on(error)
     return flags[0].item() > 0
+
+
+def from_main(ranks, value: T) -> T:
+    """Process 0's ``value``, on every process (a broadcast)."""
+    if ranks.world_size == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 # ----------------------------------------------------------------------------------------------- non-finite guard
@@ -240,7 +251,12 @@ class Run:
         with self.ranks.main_first():  # process 0 checks, locks and prepares the directory, then the others read it
             if self.is_main:
                 self.directory.enter()
-        self.resume_from = self.directory.resume_point(self.is_main)
+        try:
+            with self.ranks.agree():  # every process sees the run where process 0 does, or the job ends in one line
+                self.resume_from = self.directory.resume_point(lambda seen: from_main(self.ranks, seen))
+        except BaseException:
+            self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (rule 5)
+            raise
         self.finished = self.directory.finished
         return self
 

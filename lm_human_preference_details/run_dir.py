@@ -2,7 +2,8 @@
 delete (entries runs write, links as links, never an input of the run), and the lock a live run holds. The rules, with
 their reasons, are docs/runs.md's; tests/test_run.py and tests/test_nothing_lost.py test each. `RunDirectory` holds
 a run's directory for process 0: checks it, takes the lock, prepares it (leftovers, --overwrite, our marker), and
-removes what it made if the run fails before it starts.
+removes what it made if the run fails before it starts; every process then checks that it sees the run as process 0
+does (`resume_point`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from lm_human_preference_details.checkpoint import list_checkpoints
+from lm_human_preference_details.checkpoint import CHECKPOINTS, CHECKSUMS, list_checkpoints
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import atomic_path, remove_leftovers
+from lm_human_preference_details.files import atomic_path, remove_leftovers, sha256_of
 
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
 KINDS = ("reward", "policy", "sample")  # the two training scripts, and sample.py's output directory
@@ -28,6 +29,9 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb",
                "policy", "reward", "summary.json", "curves.png")
 SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
 FINISHED = {"reward": "reward_model"}  # a reward run is finished once its model is saved (atomically)
+# how long a process whose view of the run directory differs from process 0's looks again before the job ends: a file
+# system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
+SHARED_DIR_WAIT_S = 30.0
 
 
 def read_marker(run_dir: Path) -> Optional[dict]:
@@ -37,6 +41,17 @@ def read_marker(run_dir: Path) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) and marker.get("kind") in KINDS else None
+
+
+def _described(standing: dict) -> str:
+    """A run directory's `RunDirectory.standing`, in words."""
+    if "unreadable" in standing:
+        return f"an unreadable directory ({standing['unreadable']})"
+    if standing["run"] is None:
+        return "no run"
+    where = (f", last checkpoint {standing['checkpoint']} (SHA256SUMS {str(standing['sums'])[:12]})"
+             if standing["checkpoint"] else ", no checkpoint")
+    return f"run {standing['run']}{where}{', a finished model' if standing['finished'] else ''}"
 
 
 def _is_run_entry(path: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> bool:
@@ -197,16 +212,44 @@ class RunDirectory:
             with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
                 tmp.write_text(text + "\n")
 
-    def resume_point(self, is_main: bool) -> Optional[Path]:
-        """After `enter`, on every process: ``finished`` as process 0 found it, and the last checkpoint a resumed policy
-        run continues from (None: it starts from the beginning)."""
+    def standing(self) -> dict:
+        """Where the run in this directory stands, as this process sees it: its marker's id, whether it holds a
+        finished model (FINISHED), and a policy run's last checkpoint with the sha256 of its SHA256SUMS."""
         finished = FINISHED.get(self.kind)
-        if not is_main:  # what process 0 found: a finished model it kept (an unfinished one it cleared)
-            self.finished = bool(self.resume and finished and (self.dir / finished).is_dir())
+        try:
+            marker = read_marker(self.dir)
+            found = list_checkpoints(self.dir) if self.kind == "policy" else []
+            sums = found[-1] / CHECKSUMS if found else None
+            return {"run": marker and marker.get("id"), "finished": bool(finished and (self.dir / finished).is_dir()),
+                    "checkpoint": found[-1].name if found else None,
+                    "sums": sha256_of(sums) if sums is not None and sums.is_file() else None}
+        except OSError as e:  # still a view to compare: this process must reach the collective in resume_point
+            return {"run": None, "finished": False, "checkpoint": None, "sums": None,
+                    "unreadable": f"{type(e).__name__}: {e}"}
+
+    def resume_point(self, from_main: Callable[[dict], dict]) -> Optional[Path]:
+        """After `enter`, on every process: where the run stands as process 0 sees it (``from_main``: process 0's
+        `standing`, shared with every process), checked against this process's own view; -> the last checkpoint a
+        resumed policy run continues from (None: it starts from the beginning), and ``finished``.
+
+        A process that sees another run (node-local disks, or a relative --output-dir taken from each launcher's own
+        working directory) ends the job with one line, before anything trains: never a node that resumes alone.
+        """
+        seen = self.standing()
+        stands = from_main(seen)
+        deadline = time.monotonic() + SHARED_DIR_WAIT_S
+        while seen != stands and time.monotonic() < deadline:  # a shared file system may show process 0's writes late
+            time.sleep(0.5)
+            seen = self.standing()
+        if seen != stands:
+            raise UserError(f"--output-dir {self.output_dir} ({os.path.abspath(self.dir)} here) is not the same run "
+                            f"directory on every process: here {_described(seen)}, on process 0 {_described(stands)}; "
+                            "every node must see one run: pass an absolute --output-dir on a file system all nodes "
+                            "share (docs/checkpoints.md, \"On a cluster: where a run stands\")")
+        self.finished = stands["finished"]  # process 0 kept a finished model (an unfinished one it cleared)
         if self.finished or not (self.resume and self.kind == "policy"):
             return None
-        found = list_checkpoints(self.dir)
-        resume_from = found[-1] if found else None
+        resume_from = self.dir / CHECKPOINTS / stands["checkpoint"] if stands["checkpoint"] else None
         self.say(f"resume: continuing from {resume_from}" if resume_from else
                  f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
         return resume_from

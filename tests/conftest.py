@@ -117,6 +117,7 @@ def offline_cache(tmp_path_factory) -> Path:
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     requests: list[str] = []
+    ranges: list = []  # the Range header of each request for /resumable.bin
     in_flight = max_in_flight = 0  # concurrent requests under /slow/
     lock = threading.Lock()
 
@@ -139,10 +140,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"0123456789")
             self.close_connection = True
+        elif self.path == "/resumable.bin":  # the first answer stops after 10 of 100 bytes; a Range request continues
+            self._resumable(bytes(range(100)))
         elif self.path == "/flaky.txt" and self.requests.count("/flaky.txt") == 1:
             self.send_error(503)
         else:
             super().do_GET()
+
+
+    def _resumable(self, body: bytes) -> None:
+        """Serve ``body`` (ETag "v1"): cut after 10 bytes, unless asked for a range of this version (HTTP 206)."""
+        type(self).ranges.append(self.headers.get("Range"))
+        ranged = self.headers.get("Range", "").startswith("bytes=") and self.headers.get("If-Range") == '"v1"'
+        start = int(self.headers["Range"][len("bytes="):].rstrip("-")) if ranged else 0
+        self.send_response(206 if ranged else 200)
+        self.send_header("ETag", '"v1"')
+        self.send_header("Content-Length", str(len(body) - start))
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        self.end_headers()
+        self.wfile.write(body[start:] if ranged else body[:10])
+        self.close_connection = True
 
 
 @pytest.fixture
@@ -154,6 +172,7 @@ def server(tmp_path, monkeypatch):
     www.mkdir()
     (www / "flaky.txt").write_text("finally")
     _Handler.requests = []
+    _Handler.ranges = []
     _Handler.in_flight = _Handler.max_in_flight = 0
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Handler(*a, directory=str(www)))
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -161,6 +180,11 @@ def server(tmp_path, monkeypatch):
     yield f"http://127.0.0.1:{httpd.server_address[1]}", www, _Handler.requests
     httpd.shutdown()
     httpd.server_close()
+
+
+def server_ranges() -> list:
+    """The Range header (None: none) of each request the `server` fixture answered for /resumable.bin."""
+    return list(_Handler.ranges)
 
 
 def server_max_in_flight() -> int:

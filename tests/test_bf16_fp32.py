@@ -1,5 +1,6 @@
 """Issue 31: under --bf16 (autocast) the LM head's logits, log-softmax, sampled log-prob and the chunked backward's
-softmax are float32, equal to the float32 computation from the same hidden states.
+softmax are float32, equal to the float32 computation from the same hidden states; issue 42: so are the value and
+reward heads.
 
 GPT-2's logits lie near -100, where bfloat16's step is 0.5: the head here is built so that its logits do too (a
 tiny head with O(1) logits would hide the rounding). Autocast is CPU bfloat16, as a GPU's would be.
@@ -66,3 +67,44 @@ def test_chunked_logprobs_and_their_backward_are_float32_under_bf16_autocast(kee
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=name)
     reference = fp32_reference(h, w).gather(1, labels.view(-1, 1)).view(2, 3)
     torch.testing.assert_close(plain[0], reference, atol=1e-4, rtol=0)  # summation order, as above
+
+
+def test_value_and_reward_heads_are_float32_under_bf16_autocast():
+    """Issue 42: the scalar heads (values, rewards) compute in float32 under --bf16, as the LM head does: every call of
+    the head, from the policy's forward, analyze_responses and sample and the reward model's forward, gives float32
+    outputs equal to the float32 product of its inputs, where a bfloat16 one is off by ~1e-3 at |v| ~ 1."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lm_human_preference_details.model import Policy, RewardModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
+    pad = 63
+    policy, reward = Policy(GPT2LMHeadModel(config), pad, 0.7), RewardModel(GPT2LMHeadModel(config), pad)
+    calls = []
+
+    def check(head, inputs, output):
+        calls.append((inputs[0].detach(), output.detach(), head))
+
+    for model in (policy, reward):
+        torch.nn.init.normal_(model.head.weight, std=0.5)
+        torch.nn.init.constant_(model.head.bias, 1.0)  # outputs around 1, where bfloat16's step is 2^-7
+        model.head.register_forward_hook(check)
+    queries = torch.tensor([[5, pad, 7, 9], [3, 4, 8, 2]])
+    responses = torch.tensor([[11, 12, 13], [14, 62, 15]])
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        returned = [policy(queries)[1], policy.analyze_responses(queries, responses)["values"],
+                    policy.sample(queries, 3, generator=torch.Generator().manual_seed(0))["values"],
+                    reward.score(queries, responses)]
+    assert len(calls) == 1 + 1 + 3 + 1  # forward, analyze_responses, three sampling steps, the reward model
+    worst_bf16 = 0.0
+    for h, out, head in calls:
+        assert out.dtype == torch.float32
+        exact = torch.nn.functional.linear(h.float(), head.weight, head.bias)
+        torch.testing.assert_close(out, exact, atol=1e-6, rtol=0)
+        as_bf16 = torch.nn.functional.linear(h.bfloat16(), head.weight.bfloat16(), head.bias.bfloat16()).float()
+        worst_bf16 = max(worst_bf16, (as_bf16 - exact).abs().max().item())
+    assert worst_bf16 > 1e-3  # what the heads would lose in bfloat16: the check above can fail
+    assert all(v.dtype == torch.float32 for v in returned)
+    torch.testing.assert_close(returned[0], calls[0][1].squeeze(-1))
+    torch.testing.assert_close(returned[3], reward.gain * calls[-1][1].squeeze(-1) + reward.bias)

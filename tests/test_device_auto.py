@@ -1,5 +1,6 @@
 """Issue 31: --device auto on a box with no usable GPU, cuda:N made the current device (the CUDA probe faked), the
-minibatch indices on the compute device, and an oai: reward model converted by process 0 alone."""
+minibatch indices on the compute device, and an oai: reward model converted inside an agreement. Issue 42: --device
+under torchrun, one GPU per process of a node."""
 
 import contextlib
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ def fake_probe(monkeypatch, cuda_build: str | None, gpu: bool) -> None:
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_90"])
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.setattr(devices, "_said", set())
 
 
@@ -76,13 +78,14 @@ def test_minibatch_indices_live_on_the_compute_device():
     assert len(indices) == 2 and all(i.device.type == "meta" and i.shape == (16,) for i in indices)
 
 
-def test_an_oai_reward_model_is_converted_by_process_0_alone(monkeypatch):
-    """Under torchrun, process 0 converts oai:NAME into the cache while the others wait in main_first, then read it."""
+def test_an_oai_reward_model_is_converted_inside_an_agreement(monkeypatch):
+    """Under torchrun, every process resolves oai:NAME (one converts under the cache entry's lock, files.cache_lock,
+    while the others wait for it outside any collective), then they agree whether it failed anywhere."""
     events = []
 
     class FakeRanks:
         @contextlib.contextmanager
-        def main_first(self):
+        def agree(self):
             events.append("enter")
             yield
             events.append("leave")
@@ -96,4 +99,35 @@ def test_an_oai_reward_model_is_converted_by_process_0_alone(monkeypatch):
     args.rewards.trained_model = "oai:sentiment"
     with pytest.raises(UserError, match="stop here"):
         train_policy.get_reward_model(args, tokenizer=None, device="cpu", ranks=FakeRanks())
-    assert events == ["enter", "resolve oai:sentiment"]  # the conversion ran inside main_first
+    assert events == ["enter", "resolve oai:sentiment"]  # the conversion ran inside the agreement
+
+
+def under_torchrun(monkeypatch, gpus: int, per_node: int, nodes: int = 1) -> None:
+    """torchrun's environment for process 0 of ``per_node`` processes on each of ``nodes`` nodes of ``gpus`` GPUs."""
+    fake_probe(monkeypatch, "13.0", gpu=True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    for name, value in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", per_node * nodes), ("LOCAL_WORLD_SIZE", per_node)):
+        monkeypatch.setenv(name, str(value))
+
+
+@pytest.mark.parametrize("device, gpus, per_node, expected", [
+    ("cuda:1", 2, 2, "--device cuda:1 puts all 2 processes of this node on GPU 1, which NCCL refuses: pass --device cuda"),
+    ("cuda", 1, 2, "torchrun starts 2 processes on this node, one per GPU, but torch"),
+    ("auto", 2, 4, "(2 GPUs): pass --nproc-per-node 2 or fewer"),
+])
+def test_torchrun_devices_that_cannot_work_are_one_line_before_any_process_group(monkeypatch, device, gpus, per_node,
+                                                                                 expected):
+    under_torchrun(monkeypatch, gpus, per_node)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: pytest.fail("a process group"))
+    monkeypatch.setattr(type(get_task("offline")), "prepare", lambda self: pytest.fail("the task's assets were built"))
+    with pytest.raises(UserError) as e:
+        train_policy.main(["--task", "offline", "--device", device])
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("device, gpus, per_node, nodes", [
+    ("cuda", 2, 2, 1), ("auto", 8, 8, 1), ("cuda:1", 2, 1, 2),  # one process per node may take any GPU of its own
+])
+def test_torchrun_devices_with_a_gpu_per_process_pass(monkeypatch, device, gpus, per_node, nodes):
+    under_torchrun(monkeypatch, gpus, per_node, nodes)
+    devices.check_device(device)

@@ -6,7 +6,7 @@ import hashlib
 import socket
 
 import pytest
-from conftest import server_max_in_flight
+from conftest import server_max_in_flight, server_ranges
 
 from lm_human_preference_details import downloads
 from lm_human_preference_details.downloads import DownloadError, cache_path_of, fetch, fetch_many, fetch_oai
@@ -70,6 +70,16 @@ def test_fetch_leaves_no_partial_file_when_the_connection_drops(server, tmp_path
         fetch(f"{base}/truncated.bin", cache_dir=tmp_path, retries=2, backoff=0)
     assert requests == ["/truncated.bin"] * 2
     assert not e.value.cache_path.exists() and list(e.value.cache_path.parent.iterdir()) == []
+
+
+def test_a_retry_continues_a_cut_download_from_where_it_stopped(server, tmp_path):
+    """Issue 42: the second attempt asks for the rest of the same version (Range + If-Range), not the whole file."""
+    base, _, requests = server
+    path = fetch(f"{base}/resumable.bin", cache_dir=tmp_path, retries=2, backoff=0)
+    assert path.read_bytes() == bytes(range(100))
+    assert server_ranges() == [None, "bytes=10-"]
+    assert path.with_name("resumable.bin.sha256").read_text().strip() == hashlib.sha256(bytes(range(100))).hexdigest()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["resumable.bin", "resumable.bin.sha256"]
 
 
 def test_fetch_retries_server_errors_but_not_404(server, tmp_path):
