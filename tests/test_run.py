@@ -206,6 +206,10 @@ def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
         time.sleep(0.01)
     assert (stop.signum, stop.name) == (signal.SIGTERM, "SIGTERM")
     assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back
+    with StopSignals() as slurm:
+        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@T: a stop like SIGTERM
+        time.sleep(0.01)
+    assert slurm.name == "SIGUSR1"
     with StopSignals() as twice:
         os.kill(os.getpid(), signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
