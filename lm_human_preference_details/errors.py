@@ -74,10 +74,10 @@ def run_main(main: Callable[[], object]) -> None:
             say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a "
                      "run keeps its last checkpoint: continue it with --resume)")
             sys.exit(2)
-        if torchrun_rank() == "0" and collective_failed(e):  # a peer died (kill -9, out of memory) or left
-            print(f"error: a collective operation failed, so another process of this torchrun job died or left "
-                  f"({_first_line(e)[:200]}); its own output or torchrun's report below names it; a run keeps its last "
-                  "checkpoint: continue with --resume", file=sys.stderr, flush=True)
+        if collective_failed(e):  # a peer died (kill -9, out of memory) or left: process 0 says so at once
+            say_once(f"error: a collective operation failed, so another process of this torchrun job died or left "
+                     f"({_first_line(e)[:200]}); its own output or torchrun's report below names it; a run keeps its "
+                     "last checkpoint: continue with --resume")
             sys.exit(1)
         if torchrun_rank() == "0":  # an unexpected error of process 0's own (a bug): its traceback, as Python shows it
             raise

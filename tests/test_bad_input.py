@@ -130,6 +130,30 @@ def test_only_process_0_prints_the_error(monkeypatch, capsys):
         assert e.value.code == 2 and capsys.readouterr().err == expected
 
 
+def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, capsys):
+    """gloo's error when a peer was killed (kill -9) during a collective: one line, process 0's at once, no traceback;
+    any other unexpected error on process 0 is a bug and keeps its traceback."""
+    from lm_human_preference_details import errors
+
+    def peer_gone():
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4242: Connection reset by peer")
+
+    def bug():
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(errors, "OTHER_RANKS_WAIT_S", 0.0)
+    for rank, where in (("0", ""), ("1", " (process 1)")):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as e:
+            errors.run_main(peer_gone)
+        err = capsys.readouterr().err
+        assert e.value.code == 1 and err.count("\n") == 1 and err.endswith(f"continue with --resume{where}\n"), err
+        assert err.startswith("error: a collective operation failed, so another process of this torchrun job died")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        errors.run_main(bug)
+
+
 def test_help_is_tyros(capsys):
     import train_policy
 
