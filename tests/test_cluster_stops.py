@@ -21,7 +21,7 @@ from test_ranks import _assert_same_run
 from lm_human_preference_details.checkpoint import EVENTS
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND_S = 120  # from the signal to the last launcher's exit; measured 3-5 s on the shared 2-core VM (docs/ranks.md)
+BOUND_S = 120  # from the signal to the last launcher's exit; measured 3.2-6.8 s on the shared 2-core VM (docs/ranks.md)
 
 
 def policy_args(assets, reward_model, run_dir) -> list:
