@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,36 @@ def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, ca
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(RuntimeError, match="a bug of ours"):
         errors.run_main(bug)
+
+
+LATE_SIGTERM = """
+import atexit, os, signal, sys, time
+from lm_human_preference_details.errors import run_main
+from lm_human_preference_details.run import Stopped
+
+def torchrun_stopping_a_process_still_leaving():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print("left on its own", flush=True)
+
+def main():
+    raise Stopped("stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001", signal.SIGUSR1)
+
+atexit.register(torchrun_stopping_a_process_still_leaving)
+run_main(main)
+"""
+
+
+def test_an_agreed_stop_ends_every_process_alike_whatever_torchrun_sends_then():
+    """Every process stopped after the same update: process 0 says it, all exit 128 + the signal at once, and torchrun's
+    SIGTERM to those still leaving (sent when the first has exited) changes neither the line nor the status."""
+
+    for rank, err in (("0", "error: stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001\n"),
+                      ("1", "")):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "RANK": rank}
+        result = subprocess.run([sys.executable, "-c", LATE_SIGTERM], capture_output=True, text=True, env=env, cwd=ROOT,
+                                timeout=300)
+        assert (result.returncode, result.stdout, result.stderr) == (128 + signal.SIGUSR1, "left on its own\n", err)
 
 
 def test_help_is_tyros(capsys):

@@ -217,6 +217,26 @@ def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
     assert twice.signum == signal.SIGINT
 
 
+def test_once_the_processes_agreed_to_stop_a_late_signal_changes_nothing(monkeypatch):
+    """Under torchrun, leaving the loop after an agreed stop ignores the stop signals: torchrun's SIGTERM to the
+    processes still leaving cannot replace the agreed stop with an interruption."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def late(signum, frame):
+        raise AssertionError("a late signal interrupted a process on its way out")
+
+    before = {s: signal.getsignal(s) for s in StopSignals.SIGNALS}
+    signal.signal(signal.SIGTERM, late)
+    try:
+        with StopSignals() as stop:
+            stop.leaving = True  # as Run.updates sets it once every process agreed to stop
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def test_two_interrupts_during_one_long_operation_stop_at_once():
     """Ctrl-C twice while the main thread is inside one long C call: Python runs its handler once for both."""
     go = threading.Event()
