@@ -117,6 +117,7 @@ def assert_one_line(out: str, match: str) -> None:
     """One `error:` line in the whole job's output, naming ``match``; no traceback through our files."""
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and match in errors[0], out[-4000:]
+    assert "terminate called" not in out, out[-4000:]  # no process died of SIGABRT on its way out (docs/ranks.md)
     ours = re.findall(r'File "[^"]*(?:lm_human_preference_details/|train_policy\.py|train_reward\.py)', out)
     assert not ours and "[rank0]: Traceback" not in out, out[-4000:]
 
@@ -137,15 +138,19 @@ def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to) -> tuple[str
     events = tmp_path / "events"
     launchers, logs = two_launchers(policy_args(assets, reward_model, run_dir), tmp_path,
                                     environment(**{EVENTS: str(events)}))
+    pids: dict[str, int] = {}
     try:
         pids = halted_at_first_update(launchers, events)
         signal_to(launchers, pids)
         seconds = go_on_until_exit(launchers, pids.values())
-    finally:
+    finally:  # after a failure: nothing left behind, least of all a worker stopped for good
+        for process in [*pids.values(), *(launcher.pid for launcher in launchers if launcher.poll() is None)]:
+            try:
+                os.kill(process, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for launcher in launchers:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
+            launcher.wait()
     return job_output(logs), seconds
 
 
