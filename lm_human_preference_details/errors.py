@@ -17,7 +17,7 @@ class UserError(Exception):
 
 
 class Interrupted(BaseException):
-    """SIGTERM outside a training loop (which turns it into a stop after its update, run.py): like Ctrl-C."""
+    """SIGTERM or SIGUSR1 outside a training loop (which turns it into a stop after its update, run.py): like Ctrl-C."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -45,18 +45,27 @@ def _raise_interrupted(signum: int, frame) -> None:
     raise Interrupted(signum)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop: docker stop, Ctrl-C, Slurm's --signal=USR1@T
+
+
 def run_main(main: Callable[[], object]) -> None:
-    """Call ``main``; a UserError, Ctrl-C or SIGTERM ends the process with one line and a non-zero exit.
+    """Call ``main``; a UserError, Ctrl-C, SIGTERM or SIGUSR1 ends the process with one line and a non-zero exit.
 
     Under torchrun every process meets the same bad input (and the same Ctrl-C), so the line comes from process 0 only
-    (say_once).
+    (say_once). A stop every process agreed on (run.Stopped: all stop after the same update) is said by process 0
+    while every process exits at once, with the same status.
     """
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         main()
     except UserError as e:
         if getattr(e, "said", False):  # a torchrun job's agreed failure, printed by process 0 (ranks.agree_on)
             leave_quietly(e.exit_code)
+        if getattr(e, "agreed", False):  # every process raised it at the same point: no one waits for process 0
+            if torchrun_rank() == "0":
+                print(f"error: {e}", file=sys.stderr, flush=True)
+            previous = ignore_stop_signals(previous)
+            sys.exit(e.exit_code)
         say_once(f"error: {e}")
         sys.exit(getattr(e, "exit_code", 2))
     except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
@@ -65,9 +74,14 @@ def run_main(main: Callable[[], object]) -> None:
             say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a "
                      "run keeps its last checkpoint: continue it with --resume)")
             sys.exit(2)
-        if torchrun_rank() == "0":  # under torchrun, a peer's collective failing as process 0 dies: no traceback there
+        if collective_failed(e):  # a peer died (kill -9, out of memory) or left: process 0 says so at once
+            say_once(f"error: a collective operation failed, so another process of this torchrun job died or left "
+                     f"({_first_line(e)[:200]}); its own output or torchrun's report below names it; a run keeps its "
+                     "last checkpoint: continue with --resume")
+            sys.exit(1)
+        if torchrun_rank() == "0":  # an unexpected error of process 0's own (a bug): its traceback, as Python shows it
             raise
-        say_once(f"error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        say_once(f"error: {type(e).__name__}: {_first_line(e)}")
         sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
@@ -77,7 +91,36 @@ def run_main(main: Callable[[], object]) -> None:
                   "its last checkpoint: continue with --resume)", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def ignore_stop_signals(previous: dict) -> dict:
+    """Under torchrun, ignore the stop signals from here to the exit (-> no handler for run_main to restore): once every
+    process has agreed to end, torchrun's SIGTERM to the processes still leaving (sent as soon as the first one exits)
+    must not replace the agreed line and status with another, or kill a process in the middle of leaving its group."""
+    if os.environ.get("WORLD_SIZE", "1") == "1":
+        return previous
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    return {}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+# how torch.distributed's collectives fail when a peer has gone: NCCL's and the stores' own classes, gloo's RuntimeError
+COLLECTIVE_ERRORS = ("DistError", "DistBackendError", "DistNetworkError", "DistStoreError")
+GLOO_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "gloo/transport")
+
+
+def collective_failed(e: BaseException) -> bool:
+    """Whether ``e`` is a torch.distributed collective failing because another process died or left the job."""
+    if any(c.__name__ in COLLECTIVE_ERRORS for c in type(e).__mro__):
+        return True
+    return isinstance(e, RuntimeError) and any(marker in str(e) for marker in GLOO_PEER_GONE)
 
 
 def leave_quietly(exit_code: int) -> None:

@@ -37,8 +37,10 @@ import torch.distributed as dist
 # evaluated when the module is first imported; transformers imports it (through FSDP) while it loads a model, after
 # init_process_group. Those defaults would then hold the world group, destroy_process_group could not free it, and its
 # gloo threads would live on into the interpreter's exit, where a process can die of SIGABRT ("terminate called without
-# an active exception") when the CPU is busy (docs/ranks.md, "Leaving the process group").
-import torch.distributed.nn  # noqa: F401
+# an active exception") when the CPU is busy (docs/ranks.md, "Leaving the process group"). A torch built without
+# distributed support has no such module (nor any process group): one process then runs as it always can.
+if dist.is_available():
+    import torch.distributed.nn  # noqa: F401
 
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.devices import pick_device

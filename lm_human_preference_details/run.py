@@ -34,7 +34,7 @@ from lm_human_preference_details.checkpoint import (
     save_errors,
     training_state,
 )
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.errors import STOP_SIGNALS, UserError, ignore_stop_signals
 from lm_human_preference_details.model import save_model_dir
 from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
@@ -47,7 +47,11 @@ T = TypeVar("T")
 
 
 class Stopped(UserError):
-    """The run stopped on SIGTERM or SIGINT after saving what it could; exit status 128 + the signal's number."""
+    """The run stopped on SIGTERM, SIGINT or SIGUSR1 after saving what it could; exit status 128 + the signal's number.
+    Every process raises it after the same update (`agree_after_update`): process 0 alone says it, and all leave the
+    process group and exit at once (errors.run_main)."""
+
+    agreed = True
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)
@@ -56,13 +60,15 @@ class Stopped(UserError):
 
 # ----------------------------------------------------------------------------------------------- signals
 class StopSignals:
-    """While active, SIGTERM and SIGINT only set ``signum``; the loop checks it at the end of an update.
+    """While active, SIGTERM, SIGINT and SIGUSR1 (Slurm's --signal=USR1@T) only set ``signum``; the loop checks it at the
+    end of an update. Once the processes agreed to stop (``leaving``), leaving the block ignores them under torchrun
+    (errors.ignore_stop_signals) instead of restoring the previous handlers.
 
     A second SIGINT (Ctrl-C twice) interrupts at once, even when both arrive while the main thread is inside one long
     operation: Python then runs its handler once, so the handler counts the signals the C level wrote to a pipe.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = STOP_SIGNALS
 
     def __init__(self):
         self.signum: Optional[int] = None
@@ -70,6 +76,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._pipe: Optional[tuple[int, int]] = None
         self._previous_fd = -1
+        self.leaving = False
 
     def _handle(self, signum: int, frame) -> None:
         received = []
@@ -97,7 +104,8 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc) -> None:
-        for s, handler in self._previous.items():
+        previous = ignore_stop_signals(self._previous) if self.leaving else self._previous
+        for s, handler in previous.items():
             signal.signal(s, handler)
         if self._pipe is not None:
             signal.set_wakeup_fd(self._previous_fd)
@@ -112,12 +120,17 @@ class StopSignals:
 
 def agree_after_update(ranks, stop: StopSignals, error: Optional[BaseException]) -> bool:
     """After each update every process learns, in one all-reduce, whether a signal reached any of them (-> True:
-    all stop at this update, saving is collective) and whether process 0's tracker or checkpoint writer failed
-    (``error``: then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50 updates later)."""
-    flags = ranks.sum(torch.tensor([float(stop.signum is not None), float(error is not None)]))
-    if flags[1].item() > 0:
+    all stop at this update, saving is collective; ``stop.signum`` is then the same signal on every process, the first
+    of STOP_SIGNALS that reached any, so all say and exit alike) and whether process 0's tracker or checkpoint writer
+    failed (``error``: then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50
+    updates later)."""
+    flags = ranks.sum(torch.tensor([float(stop.signum == s) for s in stop.SIGNALS] + [float(error is not None)]))
+    if flags[-1].item() > 0:
         ranks.agree_on(error)
-    return flags[0].item() > 0
+    received = [s for s, flag in zip(stop.SIGNALS, flags[:-1].tolist()) if flag > 0]
+    if received:
+        stop.signum = received[0]
+    return bool(received)
 
 
 def from_main(ranks, value: T) -> T:
@@ -156,7 +169,7 @@ def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc:
     train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
     try:
         result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
-    except JobFailed:  # agreed by every process: none waits in a collective any more
+    except (JobFailed, Stopped):  # agreed by every process: none waits in a collective any more
         shutdown_distributed()
         raise
     shutdown_distributed()  # not after another failure: a peer may still wait in a collective (docs/ranks.md)
@@ -208,11 +221,14 @@ class RunSaves:
 
         return self.saver.save(done, state, write_models)
 
-    def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
+    def save_model(self, name: str, model: nn.Module, hparams: dict, failure: Exception | None = None) -> Path:
         """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
-        every process waits until it is there."""
+        every process waits until it is there. ``failure``: a tracker write that failed since the last update (process
+        0's): every process stops here instead, and nothing is written."""
         path = self.dir / name
         with self.ranks.agree():  # every process waits until it is there, and stops if it could not be written
+            if failure is not None:
+                raise failure
             if self.ranks.is_main:
                 with save_errors(self.dir, path):
                     save_model_dir(path, model, self.tokenizer, hparams)
@@ -333,6 +349,7 @@ class Run:
                         if stopping or done == total:
                             saver.wait()
                 if stopping:
+                    stop.leaving = True
                     if saver is not None:
                         raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with "
                                       "--resume", stop.signum or signal.SIGTERM)
@@ -341,8 +358,9 @@ class Run:
         self.progress.close()
 
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
-        """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it."""
-        return self.saves.save_model(name, model, hparams)
+        """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it. A
+        tracker write that failed after the loop (held-out results, normalisation) ends every process here instead."""
+        return self.saves.save_model(name, model, hparams, failure=self._failure)
 
     def log(self, stats: Mapping[str, float], step: int) -> None:
         """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (on
@@ -357,8 +375,9 @@ class Run:
         self._keep_failure(self.tracker.log_table, name, columns, rows, step=step)
 
     def _keep_failure(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """Call ``write``; its first error is kept for the agreement after the update (under torchrun the others are
-        already on their way to its collectives), raised at once in a single process."""
+        """Call ``write``; its first error is kept for the next agreement, after the update or at the final model's
+        save (under torchrun the others are already on their way to their collectives), raised at once in a single
+        process."""
         if self.ranks.world_size == 1:
             write(*args, **kwargs)
             return

@@ -245,7 +245,7 @@ class RunDirectory:
             raise UserError(f"--output-dir {self.output_dir} ({os.path.abspath(self.dir)} here) is not the same run "
                             f"directory on every process: here {_described(seen)}, on process 0 {_described(stands)}; "
                             "every node must see one run: pass an absolute --output-dir on a file system all nodes "
-                            "share (docs/checkpoints.md, \"On a cluster: where a run stands\")")
+                            "share (docs/checkpoints.md, \"Where a run stands\")")
         self.finished = stands["finished"]  # process 0 kept a finished model (an unfinished one it cleared)
         if self.finished or not (self.resume and self.kind == "policy"):
             return None

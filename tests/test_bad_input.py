@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,60 @@ def test_only_process_0_prints_the_error(monkeypatch, capsys):
         with pytest.raises(SystemExit) as e:
             errors.run_main(fail)
         assert e.value.code == 2 and capsys.readouterr().err == expected
+
+
+def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, capsys):
+    """gloo's error when a peer was killed (kill -9) during a collective: one line, process 0's at once, no traceback;
+    any other unexpected error on process 0 is a bug and keeps its traceback."""
+    from lm_human_preference_details import errors
+
+    def peer_gone():
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4242: Connection reset by peer")
+
+    def bug():
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(errors, "OTHER_RANKS_WAIT_S", 0.0)
+    for rank, where in (("0", ""), ("1", " (process 1)")):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as e:
+            errors.run_main(peer_gone)
+        err = capsys.readouterr().err
+        assert e.value.code == 1 and err.count("\n") == 1 and err.endswith(f"continue with --resume{where}\n"), err
+        assert err.startswith("error: a collective operation failed, so another process of this torchrun job died")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        errors.run_main(bug)
+
+
+LATE_SIGTERM = """
+import atexit, os, signal, sys, time
+from lm_human_preference_details.errors import run_main
+from lm_human_preference_details.run import Stopped
+
+def torchrun_stopping_a_process_still_leaving():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print("left on its own", flush=True)
+
+def main():
+    raise Stopped("stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001", signal.SIGUSR1)
+
+atexit.register(torchrun_stopping_a_process_still_leaving)
+run_main(main)
+"""
+
+
+def test_an_agreed_stop_ends_every_process_alike_whatever_torchrun_sends_then():
+    """Every process stopped after the same update: process 0 says it, all exit 128 + the signal at once, and torchrun's
+    SIGTERM to those still leaving (sent when the first has exited) changes neither the line nor the status."""
+
+    for rank, err in (("0", "error: stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001\n"),
+                      ("1", "")):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "RANK": rank}
+        result = subprocess.run([sys.executable, "-c", LATE_SIGTERM], capture_output=True, text=True, env=env, cwd=ROOT,
+                                timeout=300)
+        assert (result.returncode, result.stdout, result.stderr) == (128 + signal.SIGUSR1, "left on its own\n", err)
 
 
 def test_help_is_tyros(capsys):

@@ -55,27 +55,30 @@ def test_check_output_dir_writes_nothing(tmp_path):
         check_output_dir("/proc/lmhp-run")
 
 
-def test_sigterm_outside_training_is_one_line_naming_what_it_interrupted(capsys):
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGUSR1"])  # docker stop; Slurm's --signal=USR1@T
+def test_sigterm_outside_training_is_one_line_naming_what_it_interrupted(capsys, signum):
     import os
     import signal
     import time
 
     from lm_human_preference_details.errors import doing, run_main
 
-    before = signal.getsignal(signal.SIGTERM)
+    signum = getattr(signal, signum)
+    before = signal.getsignal(signum)
 
     def build():
         with doing("building the offline task's assets in /cache/offline-v4"):
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
             time.sleep(5)  # the handler raises at once: this sleep is cut short
 
     with pytest.raises(SystemExit) as e:
         run_main(build)
-    assert e.value.code == 128 + signal.SIGTERM
+    assert e.value.code == 128 + signum
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "error: interrupted by SIGTERM while building the offline task's assets in /cache/offline-v4; ")
-    assert signal.getsignal(signal.SIGTERM) is before  # run_main puts the previous handler back
+        f"error: interrupted by {signal.Signals(signum).name} while building the offline task's assets in "
+        "/cache/offline-v4; ")
+    assert signal.getsignal(signum) is before  # run_main puts the previous handler back
 
 
 def test_sigterm_during_the_offline_asset_build_leaves_no_partial_assets(tmp_path):

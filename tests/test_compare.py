@@ -308,6 +308,7 @@ def test_slurm_template_runs_the_array_element(tmp_path):
     """slurm_array.sbatch as array element 2: the third task:seed of LMHP_JOBS, with LMHP_ARGS, as one train_policy.py run."""
     fake = tmp_path / "train_policy.py"  # a stand-in that prints its arguments
     fake.write_text("import json, sys; print(json.dumps(sys.argv[1:]))\n")
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")  # the script sources benchmarks/slurm_stop.sh
     env = {**os.environ, "LMHP_JOBS": "sentiment:1 sentiment:2 tldr:1", "LMHP_ARGS": "--no-tf32 --wandb-project 'my proj'",
            "LMHP_PYTHON": sys.executable, "SLURM_ARRAY_TASK_ID": "2", "SLURM_SUBMIT_DIR": str(tmp_path)}
     result = subprocess.run(["bash", str(ROOT / "benchmarks" / "slurm_array.sbatch")], capture_output=True, text=True,

@@ -115,6 +115,22 @@ def test_tree_add_builds_a_balanced_binary_tree():
     assert f"({tree(4)}+{tree(4).translate(str.maketrans('0123', '4567'))})" == tree(8)
 
 
+NO_DISTRIBUTED = """
+import sys, torch.distributed
+torch.distributed.is_available = lambda: False  # a torch built without distributed support ...
+sys.modules["torch.distributed.nn"] = None  # ... has no torch.distributed.nn: importing it fails
+import train_policy, train_reward
+from lm_human_preference_details.ranks import Ranks
+print(Ranks(8, 1).held)
+"""
+
+
+def test_the_package_imports_on_a_torch_without_distributed_support():
+    result = subprocess.run([sys.executable, "-c", NO_DISTRIBUTED], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "range(0, 8)", result.stderr[-3000:]
+
+
 def test_blocks_and_row_slices():
     exact, fused = Ranks(4, seed=0, exact=True), Ranks(4, seed=0)
     assert exact.blocks(8) == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)] and fused.blocks(8) == [slice(0, 8)]

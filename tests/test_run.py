@@ -206,11 +206,35 @@ def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
         time.sleep(0.01)
     assert (stop.signum, stop.name) == (signal.SIGTERM, "SIGTERM")
     assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back
+    with StopSignals() as slurm:
+        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@T: a stop like SIGTERM
+        time.sleep(0.01)
+    assert slurm.name == "SIGUSR1"
     with StopSignals() as twice:
         os.kill(os.getpid(), signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert twice.signum == signal.SIGINT
+
+
+def test_once_the_processes_agreed_to_stop_a_late_signal_changes_nothing(monkeypatch):
+    """Under torchrun, leaving the loop after an agreed stop ignores the stop signals: torchrun's SIGTERM to the
+    processes still leaving cannot replace the agreed stop with an interruption."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def late(signum, frame):
+        raise AssertionError("a late signal interrupted a process on its way out")
+
+    before = {s: signal.getsignal(s) for s in StopSignals.SIGNALS}
+    signal.signal(signal.SIGTERM, late)
+    try:
+        with StopSignals() as stop:
+            stop.leaving = True  # as Run.updates sets it once every process agreed to stop
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def test_two_interrupts_during_one_long_operation_stop_at_once():
@@ -249,6 +273,46 @@ def test_a_stopped_run_saves_and_says_so(tmp_path, monkeypatch):
     with pytest.raises(Stopped, match=r"stopped by SIGTERM after update 2; saved .*update_00000003; continue"):
         fake_train(out, updates=10)
     assert [p.name for p in ckpt.list_checkpoints(out)] == ["update_00000003"]
+
+
+class ProcessZeroOfTwo(Ranks):
+    """Process 0 of a two-process job as `Run` sees it, without the peer: each collective sees this process's part."""
+
+    def __init__(self):
+        super().__init__(1, 1)
+        self.world_size = 2
+
+    def sum(self, x):
+        return x
+
+    def agree_on(self, error):
+        if error is not None:
+            raise error
+
+
+def test_a_tracker_write_that_fails_after_the_loop_stops_every_process_at_the_models_save(tmp_path, monkeypatch):
+    """Under torchrun process 0 keeps a failed log for the next agreement; after the reward loop (held-out results,
+    normalisation) that is the final model's save, which then writes nothing."""
+    import lm_human_preference_details.run as run_module
+    from lm_human_preference_details.tracking import Tracker
+
+    real_log = Tracker.log
+
+    def full_after_the_loop(self, metrics, step):
+        if step >= 1:
+            raise OSError(28, "No space left on device")
+        real_log(self, metrics, step)
+
+    monkeypatch.setattr(Tracker, "log", full_after_the_loop)
+    monkeypatch.setattr(run_module, "save_model_dir", lambda path, *args: path.mkdir())
+    with Run(run_args(tmp_path / "run"), "reward", inputs=[], ranks=ProcessZeroOfTwo()) as run:
+        run.start({"seed": 1})
+        for batch in run.updates(0, 1, "reward model"):
+            run.log({"loss": 1.0}, step=batch)
+        run.log({"eval/accuracy": 0.5}, step=1)  # kept, not raised: the peer is on its way to the save's collective
+        with pytest.raises(OSError, match="No space left"):
+            run.save_model("reward_model", torch.nn.Linear(1, 1), {})
+    assert not (tmp_path / "run" / "reward_model").exists()
 
 
 # ------------------------------------------------------------------------------------------------ the scripts
