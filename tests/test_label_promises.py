@@ -59,6 +59,10 @@ def raw_post(url: str, path: str, body: bytes, headers: dict) -> tuple[int, dict
         connection.close()
 
 
+def stop_at_once(*args, **kwargs) -> None:
+    raise KeyboardInterrupt  # Ctrl-C as the page is served
+
+
 # ------------------------------------------------------------------ 1. a user's file is never written
 def test_a_label_file_that_appears_while_sampling_is_left_alone(cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "CACHE_DIR", cache)
@@ -69,6 +73,8 @@ def test_a_label_file_that_appears_while_sampling_is_left_alone(cache, tmp_path,
         return fake_items(3)
 
     monkeypatch.setattr(label, "sample_items", sample_while_the_user_saves)
+    # were the file taken, the page would be served: a Ctrl-C stops it at once, so that the test ends either way
+    monkeypatch.setattr(label.LabelServer, "serve_forever", stop_at_once)
     argv = ["--task", "offline", "--output", str(user), "--num-queries", "3", "--port", "0", "--device", "cpu"]
     with pytest.raises(SystemExit) as exit:
         run_main(lambda: label.main(argv))
