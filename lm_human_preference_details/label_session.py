@@ -90,6 +90,31 @@ def write_label_file(output: Path, data: bytes, previous: Optional[tuple[int, in
     return written
 
 
+class Leases:
+    """Which item each tab is shown: kept from the other tabs until LEASE_S after that tab's last sign of life."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, its last sign of life)
+
+    def hold(self, client: str, item: int) -> None:
+        self.held[client] = (item, time.monotonic())
+
+    def renew(self, client: str) -> None:
+        if client in self.held:
+            self.hold(client, self.held[client][0])
+
+    def release(self, client: str) -> None:
+        self.held.pop(client, None)
+
+    def mine(self, client: str) -> Optional[int]:
+        return self.held[client][0] if client in self.held else None
+
+    def others(self, client: str, is_open) -> set[int]:
+        """The open items other live tabs hold (a closed tab's lease ends LEASE_S after its last sign of life)."""
+        now = time.monotonic()
+        return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
+
+
 class LabelSession:
     """A session's items and decisions, its locked journal and its label file; thread-safe."""
 
@@ -100,7 +125,7 @@ class LabelSession:
         for event in events:
             self.decisions.apply(event)
         self.written: Optional[tuple[int, int]] = None  # the label file this session wrote last (identity)
-        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, its last sign of life)
+        self.leases = Leases()
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
@@ -108,13 +133,7 @@ class LabelSession:
     def resume(cls, output: Path, flags: dict) -> Optional[LabelSession]:
         """The session whose journal sits beside ``output``, checked and locked; None when there is none (and ``output``
         is free for a new one). One-line UserError for anything at these paths that is not ours, or another session's."""
-        path = journal_path(output)
-        for p in (output, path):
-            if p.is_symlink():
-                raise UserError(f"--output {output}: {p} is a symbolic link; the tool never writes through one: pass "
-                                "the path of a label file itself")
-        if output.is_dir() or path.is_dir():
-            raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
+        path = check_no_link_or_directory(output)
         if not path.exists():
             if output.exists():
                 raise UserError(f"--output {output} exists and no labelling session wrote it (no {path.name} beside "
@@ -174,13 +193,12 @@ class LabelSession:
     def alive(self, client: str) -> None:
         """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
         with self.lock:
-            if client in self.held:
-                self.held[client] = (self.held[client][0], time.monotonic())
+            self.leases.renew(client)
 
     def release(self, client: str) -> None:
         """``client``'s tab closed: the item it was shown is free for the others at once."""
         with self.lock:
-            self.held.pop(client, None)
+            self.leases.release(client)
 
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         """Record ``client``'s choice of sample ``best`` for ``item`` -> (recorded, state). Refused (False) when the
@@ -199,7 +217,7 @@ class LabelSession:
                 return False, self._state(client)
             item = mine[-1]
             self._record({"event": "undo", "item": item, "client": client})
-            self.held[client] = (item, time.monotonic())
+            self.leases.hold(client, item)
             return True, self._state(client)
 
     # ------------------------------------------------------------------ inside the lock
@@ -208,7 +226,7 @@ class LabelSession:
             if self.decisions.problem(event) is not None:  # checked by the server: here, only a decided item
                 return False, self._state(event["client"])
             self._record(event)
-            self.held.pop(event["client"], None)
+            self.leases.release(event["client"])
             return True, self._state(event["client"])
 
     def _record(self, event: dict) -> None:
@@ -228,29 +246,24 @@ class LabelSession:
 
     def _next_item(self, client: str) -> Optional[int]:
         """The item this client holds if still open, else the first open item no live tab holds."""
-        now = time.monotonic()
-        mine = self.held.get(client)
-        if mine is not None and self.decisions.is_open(mine[0]):
-            self.held[client] = (mine[0], now)
-            return mine[0]
+        mine = self.leases.mine(client)
+        if mine is not None and self.decisions.is_open(mine):
+            self.leases.renew(client)
+            return mine
+        taken = self.leases.others(client, self.decisions.is_open)
         for i in range(len(self.items)):
-            if self.decisions.is_open(i) and i not in self._leased(client, now):
-                self.held[client] = (i, now)
+            if self.decisions.is_open(i) and i not in taken:
+                self.leases.hold(client, i)
                 return i
-        self.held.pop(client, None)
+        self.leases.release(client)
         return None
-
-    def _leased(self, client: str, now: float) -> set[int]:
-        """The open items other tabs were shown and are alive on (a closed tab's lease ends LEASE_S after it went)."""
-        return {i for c, (i, seen) in self.held.items()
-                if c != client and now - seen < LEASE_S and self.decisions.is_open(i)}
 
     def _state(self, client: str) -> dict:
         i = self._next_item(client)
         item = None if i is None else {"index": i, "query": self.items[i]["query_text"],
                                        "samples": self.items[i]["sample_texts"]}
         return {"item": item, "labelled": len(self.decisions.best), "skipped": len(self.decisions.skipped),
-                "leased": len(self._leased(client, time.monotonic())), "total": len(self.items),
+                "leased": len(self.leases.others(client, self.decisions.is_open)), "total": len(self.items),
                 "can_undo": bool(self.decisions.history.get(client)), "output": str(self.output)}
 
 
@@ -270,6 +283,18 @@ def check_output_is_ours(output: Path, journal: Path, renders: list[bytes]) -> N
     if output.exists() and output.read_bytes() not in renders:
         raise UserError(f"--output {output} was changed since the labelling session wrote it; move it away (the "
                         f"session rewrites it from {journal.name}) or pass another --output")
+
+
+def check_no_link_or_directory(output: Path) -> Path:
+    """Neither the label file nor its journal is a symbolic link or a directory -> the journal's path."""
+    path = journal_path(output)
+    for p in (output, path):
+        if p.is_symlink():
+            raise UserError(f"--output {output}: {p} is a symbolic link; the tool never writes through one: pass the "
+                            "path of a label file itself")
+    if output.is_dir() or path.is_dir():
+        raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
+    return path
 
 
 def check_writable(directory: Path) -> None:
