@@ -6,6 +6,7 @@ line and request field is checked. Real files, the real server over HTTP (in a t
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import json
 import os
@@ -131,12 +132,17 @@ def test_a_stopped_server_binds_its_port_again_at_once_and_a_live_one_keeps_it(t
 
 
 @pytest.fixture()
-def small_disk(tmp_path):
-    """A directory on a 512 KiB tmpfs (root); -> (the directory, fill(), free()): fill leaves a few KiB free."""
+def small_disk(tmp_path, monkeypatch):
+    """A directory on a 512 KiB tmpfs -> (the directory, fill(spare), free()): fill leaves ``spare`` bytes free.
+    Where no tmpfs can be mounted (not root), fill makes the label file's temporary fail with ENOSPC instead."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root): test_label.py injects ENOSPC at the journal's write")
+        def no_space(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        yield disk, lambda spare: monkeypatch.setattr(label_session.tempfile, "mkstemp", no_space), monkeypatch.undo
+        return
     filler = disk / "filler"
 
     def fill(spare: int) -> None:
