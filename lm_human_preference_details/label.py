@@ -293,7 +293,9 @@ class LabelServer(http.server.ThreadingHTTPServer):
 
     def handle_error(self, request, client_address) -> None:
         """A request that failed in a way no answer covers (the connection dropped): one line, never a traceback."""
-        print(f"error: a request from {client_address[0]} failed; the page can retry it", file=sys.stderr, flush=True)
+        problem = sys.exc_info()[1]
+        print(f"a request from {client_address[0]} was not answered ({type(problem).__name__}: {problem}); the page "
+              "can send it again", file=sys.stderr, flush=True)
 
     def url(self) -> str:
         host, port = self.server_address[:2]
