@@ -291,3 +291,18 @@ def test_every_request_field_is_checked_and_answered(tmp_path):
         assert raw_post(url, "/api/label", b'{"client": "a", "item": 0, "best": 1}', headers)[0] == 200
     session.close()
     assert json.loads(out.read_text()) == expected_file({0: 1})
+
+
+def test_a_request_the_server_cannot_answer_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
+
+    def broken(client: str) -> dict:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(session, "state", broken)
+    with serving(session) as url:
+        with pytest.raises(http.client.RemoteDisconnected):
+            call(url, "/api/state?client=a")
+    session.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(RuntimeError: planted)" in err and "Traceback" not in err
