@@ -1,21 +1,20 @@
-"""A labelling session (label.py): its items, the journal of every choice, and the label file it writes.
+"""A labelling session (label.py): its items, its journal (label_journal.py) and the label file it writes.
 
 Two files, side by side:
     OUTPUT                 the labels so far in OpenAI's best_of_4 schema (what --labels.source reads), rewritten
                            atomically (a temporary, fsync, rename) after each choice: never half-written
-    OUTPUT.session.jsonl   the journal: line 1 the session (its flags and every item's tokens and texts), then one
-                           line per choice (label, skip, undo), appended and fsynced before the page hears "saved"
-The journal is the truth: a session killed at any point (kill -9 included) restarts from it, rewrites OUTPUT from it,
-and shows the same items. OUTPUT is ours only while our journal sits beside it and OUTPUT holds what that journal
-says; anything else at either path is the user's and is never written (docs/runs.md). Every method that changes the
+    OUTPUT.session.jsonl   the journal, the truth: a session killed at any point (kill -9 included) restarts from it,
+                           rewrites OUTPUT from it, and shows the same items
+A choice is kept only when both writes succeed: the journal's line is taken back when the label file cannot be
+rewritten (a full disk), so the page's "not saved" is true and the same command later continues the session.
+OUTPUT is ours only while our journal sits beside it and OUTPUT holds what that journal says; anything else at either
+path is the user's and is never written (docs/runs.md): a new label file is linked into place (never over anything),
+and each rewrite first checks that the file there is still the one this session wrote. Every method that changes the
 session holds one lock, so two browser tabs never label one item twice.
-Journal holds the journal's file (lock, read, append); LabelSession holds the decisions and answers the page.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import tempfile
@@ -25,16 +24,21 @@ from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import HOST, TMP, atomic_path
+from lm_human_preference_details.files import HOST, TMP, remove_leftovers
+from lm_human_preference_details.label_journal import VERSION, Decisions, Journal, fsync_dir, journal_path
 
-VERSION = 1  # of the journal's format
-N_SAMPLES = 4  # best_of_4, the type of every label file OpenAI released
-LEASE_S = 600.0  # how long an item shown to one tab is kept from the others while that tab says nothing
+# how long an item shown to one tab is kept from the others after that tab's last sign of life (the page says it is
+# alive every 10 s, label_page.html, and gives its item back when it closes)
+LEASE_S = 30.0
 
 
-def journal_path(output: Path) -> Path:
-    """The journal beside the label file ``output``."""
-    return output.with_name(output.name + ".session.jsonl")
+def check_output_path(raw: str) -> Path:
+    """The label file named by --output, or a one-line UserError for a name that cannot be a file of ours."""
+    output = Path(raw).expanduser()
+    if raw.endswith(("/", os.sep)) or output.name in ("", ".", ".."):
+        raise UserError(f"--output {raw} names a directory; pass the path of a label file (JSON) to write, such as "
+                        f"{os.path.join(raw, 'labels.json')}")
+    return output
 
 
 def render(items: list[dict], best: dict[int, int]) -> bytes:
@@ -44,137 +48,71 @@ def render(items: list[dict], best: dict[int, int]) -> bytes:
     return json.dumps(records).encode()
 
 
-def write_label_file(output: Path, data: bytes) -> None:
-    """Rewrite the label file: a temporary, fsynced, renamed into place."""
-    with atomic_path(output) as tmp:
-        with open(tmp, "wb") as f:
+def identity(path: Path) -> tuple[int, int]:
+    """Which file is at ``path`` (device, inode), the link itself if it is one."""
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino
+
+
+def write_label_file(output: Path, data: bytes, previous: Optional[tuple[int, int]]) -> tuple[int, int]:
+    """Write the label file (a temporary, fsynced, then put in place) -> its identity. ``previous``: the identity of
+    the label file this session wrote last, replaced only if it is still the file there; None: a first write, linked
+    into place, so that it never replaces a file that appeared meanwhile."""
+    remove_leftovers(output.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{output.name}~", dir=output.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file need not be
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    fsync_dir(output.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename or a new name in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
+        if previous is None or not os.path.lexists(output):  # a first write, or the user removed the file
+            try:
+                os.link(tmp, output)  # never follows or replaces what is at output, a dangling link included
+            except FileExistsError:
+                raise UserError(f"--output {output} appeared while this session was writing it; it is not ours, and "
+                                "it was left as it is: move it away and run the same command") from None
+        else:
+            if identity(output) != previous:  # checked right before the write that replaces it
+                raise UserError(f"--output {output} was replaced by another program; it is left as it is and the "
+                                "choice is not kept: move it away and run the same command")
+            os.replace(tmp, output)
     finally:
-        os.close(fd)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    written = identity(output)
+    try:
+        fsync_dir(output.parent)
+    except OSError:
+        pass  # the file is in place and the journal holds the choice durably: a restart catches a lost rename up
+    return written
 
 
-class Decisions:
-    """What the events of a journal decided: each item's label or skip, and each tab's undoable choices, in order."""
+class Leases:
+    """Which item each tab is shown: kept from the other tabs until LEASE_S after that tab's last sign of life."""
 
     def __init__(self) -> None:
-        self.best: dict[int, int] = {}  # item -> chosen sample
-        self.skipped: set[int] = set()
-        self.history: dict[str, list[int]] = {}  # client -> the items it decided, oldest first
+        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, its last sign of life)
 
-    def apply(self, event: dict) -> None:
-        """Replay one journal event."""
-        item, client = event["item"], event["client"]
-        if event["event"] == "undo":
-            self.best.pop(item, None)
-            self.skipped.discard(item)
-            self.history[client].remove(item)
-            return
-        if event["event"] == "label":
-            self.best[item] = event["best"]
-        else:
-            self.skipped.add(item)
-        self.history.setdefault(client, []).append(item)
+    def hold(self, client: str, item: int) -> None:
+        self.held[client] = (item, time.monotonic())
 
-    def is_open(self, item: int) -> bool:
-        return item not in self.best and item not in self.skipped
+    def renew(self, client: str) -> None:
+        if client in self.held:
+            self.hold(client, self.held[client][0])
 
+    def release(self, client: str) -> None:
+        self.held.pop(client, None)
 
-class Journal:
-    """A session's journal file, open and locked (flock) while the session runs: read once, then appended to."""
+    def mine(self, client: str) -> Optional[int]:
+        return self.held[client][0] if client in self.held else None
 
-    def __init__(self, path: Path, handle):
-        self.path, self.handle = path, handle
-
-    @classmethod
-    def lock(cls, output: Path) -> Journal:
-        """The journal beside ``output``, opened and locked; one-line UserError when another session holds it."""
-        path = journal_path(output)
-        try:
-            handle = open(path, "r+b")
-        except OSError as e:
-            raise UserError(f"cannot open {path} ({e.strerror}); pass another --output") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise UserError(f"--output {output} is being labelled by another session (it holds {path.name}); "
-                            "use that page, or stop it first") from None
-        return cls(path, handle)
-
-    @classmethod
-    def write_new(cls, output: Path, header: dict) -> Journal:
-        """A new journal of ``header`` alone, written whole under a temporary name and linked into place (refused if a
-        file appeared there meanwhile), then locked."""
-        path = journal_path(output)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{path.name}~", dir=output.parent)
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file's journal need not be
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(header).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, path)
-        except FileExistsError:
-            raise UserError(f"{path} appeared while the items were sampled; pass another --output") from None
-        finally:
-            os.unlink(tmp)
-        fsync_dir(output.parent)
-        handle = open(path, "r+b")
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return cls(path, handle)
-
-    def read(self, output: Path) -> tuple[dict, list[dict], int]:
-        """The header, the complete events, and the byte length of the complete lines; one-line UserError for a file
-        that is not our journal of ``output``."""
-        data = self.handle.read()
-        lines = data.split(b"\n")
-        complete = len(data) - len(lines[-1])  # the last piece has no newline: cut by a kill, or empty
-        try:
-            header = json.loads(lines[0]) if complete else None
-            events = [json.loads(line) for line in lines[1:-1]]
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            header = events = None
-        if not isinstance(header, dict) or header.get("lmhp_label_session") != VERSION or events is None:
-            raise UserError(f"{self.path} is not a labelling session's journal, so --output {output} is not ours to "
-                            "write; pass another --output")
-        if header.get("output") != output.name:
-            raise UserError(f"{self.path} is the journal of {header.get('output')}, not of {output.name}; pass another "
-                            "--output")
-        return header, events, complete
-
-    def cut_to(self, complete: int) -> None:
-        """Drop a last line cut by a kill: it was never acknowledged."""
-        if complete < self.path.stat().st_size:
-            self.handle.truncate(complete)
-            os.fsync(self.handle.fileno())
-
-    def append(self, event: dict) -> None:
-        """Write ``event`` as one line and fsync it; a line that could not be written whole is taken back."""
-        line = json.dumps({**event, "time": round(time.time(), 3)}).encode() + b"\n"
-        fd = self.handle.fileno()
-        end = os.lseek(fd, 0, os.SEEK_END)
-        try:
-            if os.write(fd, line) != len(line):
-                raise OSError(errno.ENOSPC, "the journal took part of the line")
-            os.fsync(fd)
-        except OSError:
-            os.ftruncate(fd, end)  # a choice that was not saved leaves no line behind (the page says so)
-            raise
-
-    def close(self) -> None:
-        self.handle.close()
+    def others(self, client: str, is_open) -> set[int]:
+        """The open items other live tabs hold (a closed tab's lease ends LEASE_S after its last sign of life)."""
+        now = time.monotonic()
+        return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
 
 
 class LabelSession:
@@ -183,10 +121,11 @@ class LabelSession:
     def __init__(self, output: Path, journal: Journal, header: dict, events: list[dict]):
         self.output, self.journal, self.header = output, journal, header
         self.items: list[dict] = header["items"]
-        self.decisions = Decisions()
+        self.decisions = Decisions(len(self.items))
         for event in events:
             self.decisions.apply(event)
-        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, when)
+        self.written: Optional[tuple[int, int]] = None  # the label file this session wrote last (identity)
+        self.leases = Leases()
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
@@ -194,9 +133,7 @@ class LabelSession:
     def resume(cls, output: Path, flags: dict) -> Optional[LabelSession]:
         """The session whose journal sits beside ``output``, checked and locked; None when there is none (and ``output``
         is free for a new one). One-line UserError for anything at these paths that is not ours, or another session's."""
-        path = journal_path(output)
-        if output.is_dir() or path.is_dir():
-            raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
+        path = check_no_link_or_directory(output)
         if not path.exists():
             if output.exists():
                 raise UserError(f"--output {output} exists and no labelling session wrote it (no {path.name} beside "
@@ -217,17 +154,25 @@ class LabelSession:
             journal.close()
             raise
         journal.cut_to(complete)
-        if not output.exists() or output.read_bytes() != renders[-1]:
+        if output.exists():
+            session.written = identity(output)
+        if session.written is None or output.read_bytes() != renders[-1]:
             session.write_output()
         return session
 
     @classmethod
     def create(cls, output: Path, flags: dict, items: list[dict]) -> LabelSession:
-        """A new session: its journal (Journal.write_new), then an empty label file."""
+        """A new session: its journal (Journal.write_new), then an empty label file; a label file that appeared
+        meanwhile is left as it is, and the journal just written is removed."""
         output.parent.mkdir(parents=True, exist_ok=True)
         header = {"lmhp_label_session": VERSION, "output": output.name, "flags": flags, "items": items}
         session = cls(output, Journal.write_new(output, header), header, [])
-        session.write_output()
+        try:
+            session.write_output()
+        except BaseException:
+            session.close()
+            os.unlink(session.journal.path)  # ours: written and locked by this process a moment ago
+            raise
         return session
 
     def close(self) -> None:
@@ -241,15 +186,23 @@ class LabelSession:
         return f"{labelled} of {len(self.items)} items labelled, {skipped} skipped"
 
     def state(self, client: str) -> dict:
-        """The item to show ``client`` (None when every item is decided) and the session's progress."""
+        """The item to show ``client`` (None when no open item is free) and the session's progress."""
         with self.lock:
             return self._state(client)
+
+    def alive(self, client: str) -> None:
+        """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
+        with self.lock:
+            self.leases.renew(client)
+
+    def release(self, client: str) -> None:
+        """``client``'s tab closed: the item it was shown is free for the others at once."""
+        with self.lock:
+            self.leases.release(client)
 
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         """Record ``client``'s choice of sample ``best`` for ``item`` -> (recorded, state). Refused (False) when the
         item was decided already, by this tab or another."""
-        if not 0 <= best < N_SAMPLES:
-            raise ValueError(f"best must be in 0..{N_SAMPLES - 1}")
         return self._decide({"event": "label", "item": item, "best": best, "client": client})
 
     def skip(self, client: str, item: int) -> tuple[bool, dict]:
@@ -264,42 +217,45 @@ class LabelSession:
                 return False, self._state(client)
             item = mine[-1]
             self._record({"event": "undo", "item": item, "client": client})
-            self.held[client] = (item, time.monotonic())
+            self.leases.hold(client, item)
             return True, self._state(client)
 
     # ------------------------------------------------------------------ inside the lock
     def _decide(self, event: dict) -> tuple[bool, dict]:
-        if not 0 <= event["item"] < len(self.items):
-            raise ValueError(f"item must be in 0..{len(self.items) - 1}")
         with self.lock:
-            if not self.decisions.is_open(event["item"]):
+            if self.decisions.problem(event) is not None:  # checked by the server: here, only a decided item
                 return False, self._state(event["client"])
             self._record(event)
-            self.held.pop(event["client"], None)
+            self.leases.release(event["client"])
             return True, self._state(event["client"])
 
     def _record(self, event: dict) -> None:
-        """Journal ``event`` durably, apply it, then rewrite the label file."""
-        self.journal.append(event)
-        self.decisions.apply(event)
-        self.write_output()
+        """Journal ``event`` durably and rewrite the label file; if either fails, neither keeps it."""
+        end = self.journal.append(event)
+        after = self.decisions.after(event)
+        try:
+            self.written = write_label_file(self.output, render(self.items, after.best), self.written)
+        except BaseException:
+            self.journal.take_back(end)
+            raise
+        self.decisions = after
 
     def write_output(self) -> None:
         """Rewrite the label file from the decisions."""
-        write_label_file(self.output, render(self.items, self.decisions.best))
+        self.written = write_label_file(self.output, render(self.items, self.decisions.best), self.written)
 
     def _next_item(self, client: str) -> Optional[int]:
-        """The item this client holds if still open, else the first open item no other tab holds (leases expire)."""
-        now = time.monotonic()
-        mine = self.held.get(client)
-        if mine is not None and self.decisions.is_open(mine[0]):
-            return mine[0]
-        taken = {i for c, (i, since) in self.held.items() if c != client and now - since < LEASE_S}
+        """The item this client holds if still open, else the first open item no live tab holds."""
+        mine = self.leases.mine(client)
+        if mine is not None and self.decisions.is_open(mine):
+            self.leases.renew(client)
+            return mine
+        taken = self.leases.others(client, self.decisions.is_open)
         for i in range(len(self.items)):
             if self.decisions.is_open(i) and i not in taken:
-                self.held[client] = (i, now)
+                self.leases.hold(client, i)
                 return i
-        self.held.pop(client, None)
+        self.leases.release(client)
         return None
 
     def _state(self, client: str) -> dict:
@@ -307,8 +263,8 @@ class LabelSession:
         item = None if i is None else {"index": i, "query": self.items[i]["query_text"],
                                        "samples": self.items[i]["sample_texts"]}
         return {"item": item, "labelled": len(self.decisions.best), "skipped": len(self.decisions.skipped),
-                "total": len(self.items), "can_undo": bool(self.decisions.history.get(client)),
-                "output": str(self.output)}
+                "leased": len(self.leases.others(client, self.decisions.is_open)), "total": len(self.items),
+                "can_undo": bool(self.decisions.history.get(client)), "output": str(self.output)}
 
 
 def check_flags(header: dict, flags: dict, output: Path) -> None:
@@ -327,6 +283,18 @@ def check_output_is_ours(output: Path, journal: Path, renders: list[bytes]) -> N
     if output.exists() and output.read_bytes() not in renders:
         raise UserError(f"--output {output} was changed since the labelling session wrote it; move it away (the "
                         f"session rewrites it from {journal.name}) or pass another --output")
+
+
+def check_no_link_or_directory(output: Path) -> Path:
+    """Neither the label file nor its journal is a symbolic link or a directory -> the journal's path."""
+    path = journal_path(output)
+    for p in (output, path):
+        if p.is_symlink():
+            raise UserError(f"--output {output}: {p} is a symbolic link; the tool never writes through one: pass the "
+                            "path of a label file itself")
+    if output.is_dir() or path.is_dir():
+        raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
+    return path
 
 
 def check_writable(directory: Path) -> None:

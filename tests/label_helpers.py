@@ -34,14 +34,15 @@ def label_env(cache: Path) -> dict[str, str]:
             "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 
 
-def label_command(output: Path, *extra: str) -> list[str]:
+def label_command(output: Path, *extra: str, port: str | None = "0") -> list[str]:
+    """The label tool on the offline task; ``port`` None: its default port."""
     return [sys.executable, "-m", "lm_human_preference_details.label", "--task", "offline", "--output", str(output),
-            "--num-queries", "8", "--port", "0", "--device", "cpu", *extra]
+            "--num-queries", "8", *(["--port", port] if port is not None else []), "--device", "cpu", *extra]
 
 
-def start_server(cache: Path, output: Path, *extra: str) -> tuple[subprocess.Popen, str, list[str]]:
+def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0") -> tuple[subprocess.Popen, str, list[str]]:
     """A labelling server of the offline task in a subprocess -> (process, its URL, the lines it printed)."""
-    proc = subprocess.Popen(label_command(output, *extra), cwd=output.parent, env=label_env(cache),
+    proc = subprocess.Popen(label_command(output, *extra, port=port), cwd=output.parent, env=label_env(cache),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:  # ends when the process does: a failed start is reported below, not waited on
@@ -53,10 +54,12 @@ def start_server(cache: Path, output: Path, *extra: str) -> tuple[subprocess.Pop
 
 
 def call(url: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
-    """GET (no body) or POST one of the page's calls -> (HTTP status, JSON answer)."""
+    """GET (no body) or POST one of the page's calls, with the headers the page's own requests carry (``headers``
+    added or replacing them) -> (HTTP status, JSON answer)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url.rstrip("/") + path, data=data,
-                                     headers={"X-Lmhp-Label": "1", **(headers or {})} if data else {})
+    origin = url.rstrip("/")
+    sent = {"X-Lmhp-Label": "1", "Origin": origin} if data else {}
+    request = urllib.request.Request(origin + path, data=data, headers={**sent, **(headers or {})})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy: the server is local
     try:
         with opener.open(request, timeout=60) as response:

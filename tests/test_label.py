@@ -25,7 +25,8 @@ from label_helpers import (
 
 from lm_human_preference_details import files, label, label_session
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.label_session import LabelSession, journal_path
+from lm_human_preference_details.label_journal import journal_path
+from lm_human_preference_details.label_session import LabelSession
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.parsing import parse_args
 

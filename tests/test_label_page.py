@@ -1,5 +1,6 @@
 """The labelling page in a real browser: Debian's headless Chromium, driven by selenium with real clicks and key
-presses, labels items of the offline task; the file it writes trains a reward model.
+presses, labels items of the offline task on the tool's default port, goes on labelling after a kill -9 and a restart
+on that port; the file it writes trains a reward model.
 
 Needs `chromium` and `chromedriver` (Debian: apt-get install chromium chromium-driver; .ci/run installs them). Without
 them the test is skipped, except under CI=true, where it fails. LMHP_UPDATE_SCREENSHOT=1 also copies the page's
@@ -49,14 +50,14 @@ def browser():
     driver.quit()
 
 
-def test_label_five_undo_one_skip_one_then_train_on_the_file(assets, tmp_path, browser):
+def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     cache = tiny_offline_cache(tmp_path / "cache", assets)
     out = tmp_path / "labels.json"
-    proc, url, _ = start_server(cache, out)
+    proc, url, _ = start_server(cache, out, port=None)  # the default port, as users run it
     shown = lambda: browser.find_element(By.ID, "index").get_attribute("textContent")  # noqa: E731  "#3 of 8"
     try:
         browser.get(url)
@@ -87,13 +88,21 @@ def test_label_five_undo_one_skip_one_then_train_on_the_file(assets, tmp_path, b
         # nothing came from anywhere but the server: the page is self-contained
         origins = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
         assert all(name.startswith(url) for name in origins)
+        # killed, and started again at once by the same command: the same port (its connections in TIME-WAIT)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        proc, again, _ = start_server(cache, out, port=None)
+        assert again == url
+        browser.refresh()
+        wait.until(lambda d: shown() == "#7 of 8")
+        act(press("4"), "#8 of 8")  # item 6: key 4
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
 
     records = read_labels(out)  # OpenAI's schema, as --labels.source reads it
     items = journal_items(out)
-    chosen = {0: 1, 1: 2, 2: 0, 3: 3, 5: 1}
+    chosen = {0: 1, 1: 2, 2: 0, 3: 3, 5: 1, 6: 3}
     assert [r["best"] for r in records] == list(chosen.values())
     assert [r["query"] for r in records] == [items[i]["query"] for i in chosen]
     assert [[r[f"sample{j}"] for j in range(4)] for r in records] == [items[i]["samples"] for i in chosen]

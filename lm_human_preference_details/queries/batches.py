@@ -89,6 +89,10 @@ class RankBatches:
         """The next [len(ranks) * b, query_length] batch."""
         raise NotImplementedError
 
+    def queries_per_pass(self) -> int | None:
+        """How many queries one rank draws before its stream repeats, once known (None: not yet, or never)."""
+        return None
+
     def first_text(self) -> str | None:
         """Rank 0's first text, for a source whose log line the baseline printed (`print_first_query`); else None."""
         return None

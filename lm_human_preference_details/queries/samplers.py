@@ -60,6 +60,10 @@ class HFQuerySampler(RankBatches):
         self._rank0 = self.streams[self.ranks.index(0)] if 0 in self.ranks else RankStream(len(self.data), rank=0,
                                                                                           **stream)
 
+    def queries_per_pass(self) -> int:
+        """The smallest rank's shard of the dataset: its stream repeats after that many queries."""
+        return len(self.data) // self.world_size
+
     def first_text(self) -> str:
         """Rank 0's first shuffled text, the line the fork's books.py printed (`print_first_query`)."""
         # shard item 0 of rank 0 is item 0 of its shuffled dataset: the generator's i == 0
@@ -110,7 +114,12 @@ class QuerySampler(RankBatches):
         self.pad_id: int = tokenizer.pad_token_id
         self.start_token = None if start_text is None else single_token(tokenizer, start_text, "--task.start-text")
         self.end_token = None if end_text is None else single_token(tokenizer, end_text, "--task.end-text")
+        self.pass_size: int | None = None  # usable queries in one pass over the source, once a pass has ended
         self._queries = self._repeated_queries()
+
+    def queries_per_pass(self) -> int | None:
+        """The usable queries of one pass over the source, once the stream went past its end (None before)."""
+        return None if self.pass_size is None else self.pass_size // self.num_ranks
 
     def _items(self) -> Iterator[str | list[int]]:
         """One pass over the source: texts, or token lists for the label files' queries."""
@@ -142,6 +151,7 @@ class QuerySampler(RankBatches):
                                 f"lacks the start token {self.start_token} or, within its first "
                                 f"{self.query_length} tokens, the end token {self.end_token}; "
                                 "check --task.start-text / --task.end-text")
+            self.pass_size = usable
 
     def __next__(self) -> torch.Tensor:
         """The next batch: rank r's block is its next b items, i.e. items r, r + R, ... of the next R * b."""
