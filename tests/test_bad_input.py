@@ -268,3 +268,34 @@ def test_offline_report_evaluates_a_run_on_label_queries(tokenizer, tmp_path, mo
     assert queries.shape == (8, 32) and queries.equal(offline.heldout_queries(tokenizer, text_run, 8, seed=5))
     texts = [tokenizer.decode([t for t in q if t != tokenizer.pad_token_id]) for q in queries.tolist()]
     assert all(any(t.strip()[:20] in p for p in passages) for t in texts)
+
+
+# ------------------------------------------------------------------------------ paths and models, checked in-process
+def one_error_line(capsys, main, argv) -> str:
+    """``main(argv)`` under run_main, as the scripts run it -> its one stderr line; exit 2, no traceback, no stdout."""
+    from lm_human_preference_details.errors import run_main
+
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: main([str(a) for a in argv]))
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and "Traceback" not in out + err, err[-2000:]
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err.strip()
+
+
+def test_an_output_dir_that_is_not_utf8_is_one_line_before_anything_is_written(assets, tmp_path, capsys, monkeypatch):
+    import train_policy
+    import train_reward
+    from lm_human_preference_details import sample
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    out = os.fsdecode(bytes(tmp_path / "run") + b"\xff\xfe")  # a name made with bytes that are not UTF-8
+    data = ["--task.query-dataset", assets / "queries.txt", "--device", "cpu"]
+    for main, argv in [(train_reward.main, reward_args(assets, out)),
+                       (train_policy.main, ["--base-model", assets / "tiny-gpt2", *data, "--output-dir", out]),
+                       (sample.main, ["--policy", assets / "tiny-gpt2", *data, "--output-dir", out])]:
+        line = one_error_line(capsys, main, argv)
+        assert line == (f"error: --output-dir {tmp_path}/run\\xff\\xfe is not UTF-8 text (config.json, TensorBoard and "
+                        "W&B store the path as text); pass a path whose name is UTF-8")
+        assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine"
