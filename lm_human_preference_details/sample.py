@@ -31,6 +31,7 @@ from lm_human_preference_details.model import (
     Policy,
     RewardModel,
     base_model_config,
+    check_lm_config,
     check_model_files,
     is_local_model,
     load_lm,
@@ -42,7 +43,7 @@ from lm_human_preference_details.ppo import apply_rejection, responses_pass_filt
 from lm_human_preference_details.queries import format_queries, make_query_sampler, query_source
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run
-from lm_human_preference_details.tasks import TaskHParams, get_task
+from lm_human_preference_details.tasks import TaskHParams, get_task, positions_needed
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.tracking import Tracker
 
@@ -102,9 +103,9 @@ class Args:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"
         # each path flag resolved once (cli.expand_home): every check and write below uses these values
         self.policy, self.compare, self.reward_model = map(expand_home, (self.policy, self.compare, self.reward_model))
-        check_policy_path("--policy", self.policy, self.task_name if default else None)
+        check_policy_path("--policy", self.policy, self.task_name if default else None, self.task)
         if self.compare not in (None, INITIAL):
-            check_policy_path("--compare", self.compare, None)
+            check_policy_path("--compare", self.compare, None, self.task)
         if self.output_dir is None:
             self.output_dir = f"runs/sample_{self.task_name}_seed{self.seed}"
         self.output_dir = expand_home(self.output_dir)
@@ -117,15 +118,15 @@ class Args:
         return self
 
 
-def check_policy_path(flag: str, source: str, default_of: str | None) -> None:
+def check_policy_path(flag: str, source: str, default_of: str | None, task: TaskHParams) -> None:
     """A policy path that exists, and not a run directory or its training checkpoints (which hold no model one can
-    sample): each one line naming the policy to pass. ``default_of``: the task whose default path ``source`` is."""
+    sample): each one line naming the policy to pass; then a model that can be a policy for ``task``
+    (model.check_lm_config). ``default_of``: the task whose default path ``source`` is."""
     path = Path(source).expanduser()
     if source.startswith("oai:") or is_tf_checkpoint(path):
         return  # OpenAI's runs: converted (and checked) as they load
-    if not is_local_model(source):
-        base_model_config(source, flag)  # a hub model: cached, or the hub reachable
-        return
+    if not is_local_model(source):  # a hub model: cached, or the hub reachable
+        return check_lm_config(base_model_config(source, flag), f"{flag} {source}", *positions_needed(task))
     if not path.exists():
         how = (f" (the default of --task {default_of}): train one with `python train_policy.py --task {default_of}` or "
                if default_of else "; ")
@@ -143,7 +144,8 @@ def check_policy_path(flag: str, source: str, default_of: str | None) -> None:
     if checkpoint or checkpoints:
         raise UserError(f"{flag} {source} is {what}, which has saved no policy yet (train_policy.py writes "
                         f"{run / 'policy'} at its first save); pass {flag} RUN/policy of a saved run")
-    check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
+    config = check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
+    check_lm_config(config, f"{flag} {source}", *positions_needed(task))
 
 
 def build_args(task_name: str) -> Args:
