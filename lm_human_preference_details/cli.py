@@ -61,12 +61,12 @@ def check_output_dir(path: str, flag: str = "--output-dir") -> None:
                         f"{e.strerror or e}); pass a writable directory") from None
 
 
-def check_utf8_path(flag: str, path: Path) -> None:
+def check_utf8_path(flag: str, path: Path, why: str = "config.json, TensorBoard and W&B store the path as text") -> None:
     """A one-line UserError unless ``path`` is UTF-8 text: a name made of other bytes (Python holds them as surrogates)
-    cannot be written into config.json, TensorBoard's event files or W&B, which all store the run's paths as text."""
+    cannot be written into files that hold it as text (``why``: which), such as a run's config.json, TensorBoard's
+    event files and W&B."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
         shown = os.fsencode(path).decode("utf-8", "backslashreplace")  # the bytes that are not UTF-8 as \xNN
-        raise UserError(f"{flag} {shown} is not UTF-8 text (config.json, TensorBoard and W&B store the path as text); "
-                        "pass a path whose name is UTF-8") from None
+        raise UserError(f"{flag} {shown} is not UTF-8 text ({why}); pass a path whose name is UTF-8") from None

@@ -26,7 +26,7 @@ import tyro
 from lm_human_preference_details.cli import check_output_dir, expand_home
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.files import new_or_ours
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
@@ -209,11 +209,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # the run-directory rules of the training scripts (run.py), checked and the directory marked before any sampling;
     # a failure before the samples are written leaves nothing behind
     with Run(args, "sample", inputs=inputs, ranks=Ranks(1, args.seed)) as run:
-        return sample_into(args, run.dir)
+        return sample_into(args, run)
 
 
-def sample_into(args: Args, out: Path) -> list[dict]:
-    """Sample every policy on the same queries, print the table, and write samples.jsonl and the tracker into ``out``."""
+def sample_into(args: Args, run: Run) -> list[dict]:
+    """Sample every policy on the same queries, print the table, and write samples.jsonl and the tracker into the run's
+    directory."""
+    out = run.dir
     get_task(args.task_name).prepare()
     device = pick_device(args.device)
     task = args.task
@@ -259,8 +261,7 @@ def sample_into(args: Args, out: Path) -> list[dict]:
 
     names = list(policies)
     print(format_table(rows, names))
-    with atomic_path(out / "samples.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_samples(run, rows)
     tracker = Tracker(out, dataclasses.asdict(args), track=args.track, project=args.wandb_project,
                       entity=args.wandb_entity, name=f"sample_{args.task_name}_seed{args.seed}")
     columns = ["policy", "query_index", "sample", "query", "response", "score"]
@@ -272,6 +273,21 @@ def sample_into(args: Args, out: Path) -> list[dict]:
     tracker.close()
     print(f"wrote {out / 'samples.jsonl'}")
     return rows
+
+
+def write_samples(run: Run, rows: list[dict]) -> None:
+    """RUN/samples.jsonl, one row per line. The run directory held none when the run began (--overwrite deleted the
+    last run's): one that appeared while sampling is someone else's and stays as it is (docs/runs.md: never over a file
+    the project did not write, never through a link); the samples are refused in one line and our marker goes, so that
+    no later --overwrite takes that file for ours."""
+    path = run.dir / "samples.jsonl"
+    try:
+        with new_or_ours(path, ours=lambda existing: False) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    except FileExistsError:
+        run.directory.remove_if_empty(beside_others=True)  # nothing of ours is in it yet
+        raise UserError(f"{path} appeared while sampling, and this run did not write it; it is left as it is: move it "
+                        "away and run the same command again") from None
 
 
 if __name__ == "__main__":
