@@ -3,6 +3,7 @@ and benchmarks/slurm_array.sbatch run as one array element. No network."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -410,3 +411,25 @@ def test_an_out_path_that_is_not_utf8_is_one_line(setup, capsys):
     assert line == (f"error: --out {tmp}/report\\xff.md is not UTF-8 text (the report names its PNG in UTF-8 text); "
                     "pass a path whose name is UTF-8")
     assert sorted(p.name for p in tmp.iterdir()) == ["cache", "runs"]
+
+
+def test_new_or_ours_without_hard_links(tmp_path, monkeypatch):
+    """files.new_or_ours on a file system that has no hard links (EPERM): the name is claimed exclusively instead."""
+    import errno
+
+    from lm_human_preference_details import files
+
+    def no_links(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    mine, ours = tmp_path / "mine.md", tmp_path / "ours.md"
+    mine.write_text("my notes\n")
+    for target in (mine, ours):
+        with pytest.raises(FileExistsError) if target == mine else contextlib.nullcontext():
+            with files.new_or_ours(target, ours=lambda path: path == ours) as tmp:
+                tmp.write_text("report\n")
+    assert mine.read_text() == "my notes\n" and ours.read_text() == "report\n"
+    with files.new_or_ours(ours, ours=lambda path: path == ours) as tmp:  # ours: replaced
+        tmp.write_text("report 2\n")
+    assert ours.read_text() == "report 2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.md", "ours.md"]
