@@ -253,6 +253,19 @@ def test_a_checkpoint_without_its_sums_loads_with_a_warning(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_run_resumes_from_a_checkpoint_without_its_sums_with_one_warning(tmp_path, capsys):
+    """As a resumed run meets it (run.Run on process 0): the checkpoint is loaded, and stderr says it is unverified."""
+    from test_nothing_lost import fake_train
+
+    fake_train(tmp_path / "run", updates=2)
+    (checkpoint,) = list_checkpoints(tmp_path / "run")
+    (checkpoint / ckpt.CHECKSUMS).unlink()
+    capsys.readouterr()
+    assert len(fake_train(tmp_path / "run", updates=4, resume=True)) == 2  # updates 2 and 3 after the checkpoint
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert warnings == [ckpt.unverified(checkpoint)]
+
+
 def test_a_resumed_run_must_compute_the_same_thing():
     saved = {"seed": 1, "device": "cuda", "ppo": {"lr": 1e-5, "batch_size": 512}, "reward_model_fingerprint": "ab"}
     check_same_run(saved, {**saved, "device": "cpu", "resume": True})
