@@ -171,10 +171,8 @@ def context_length(config: dict) -> int | None:
 
 
 def check_lm_config(config: dict, name: str, needed: int = 0, sizes: str = "") -> None:
-    """What a policy or base model must be, judged from its config alone (before any weight loads), else one line:
-    a causal LM (not an encoder such as BERT, nor an encoder-decoder), with an embedding for each of GPT-2's tokens
-    that our tokenizer emits (FIDELITY A1 plain-text tokens), and room for ``needed`` positions (``sizes``: the flags
-    that make them up)."""
+    """A policy or base model judged from its config alone, before any weight loads, else one line: a causal LM (no
+    BERT), an embedding per GPT-2 token (A1 plain-text tokens), room for ``needed`` positions (``sizes``: which flags)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
 
     kind, classes = config.get("model_type"), config.get("architectures") or []
