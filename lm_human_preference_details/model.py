@@ -174,9 +174,12 @@ def check_lm_config(config: dict, name: str, needed: int = 0, sizes: str = "") -
     """A policy or base model judged from its config alone, before any weight loads, else one line: a causal LM (no
     BERT), an embedding per GPT-2 token (A1 plain-text tokens), room for ``needed`` positions (``sizes``: which flags)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED
 
     kind, classes = config.get("model_type"), config.get("architectures") or []
-    if config.get("is_encoder_decoder") or kind not in CAUSAL or (classes and not set(classes) & set(CAUSAL.values())):
+    causal = set(classes) & set(CAUSAL.values()) if classes else kind in CAUSAL  # the class it was saved as, else its type
+    encoder = kind in MASKED and not config.get("is_decoder")  # BERT's kind: attends both ways unless is_decoder is set
+    if config.get("is_encoder_decoder") or encoder or not causal:
         what = f"a {classes[0]}" if classes else f"a model of type {kind!r}"
         raise UserError(f"{name} is {what}, not a causal language model; pass a GPT-2 (a Hugging Face causal LM with "
                         f"GPT-2's {N_VOCAB} tokens)")

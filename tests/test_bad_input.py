@@ -350,3 +350,19 @@ def test_a_model_that_cannot_be_our_policy_is_one_line_in_every_tool(assets, for
         line = one_error_line(capsys, main, argv)
         assert FOREIGN[model].format(flag=flag, model=path) in line and f"{flag} {path}" in line, line
         assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_what_can_be_a_policy_is_judged_from_the_config():
+    """check_lm_config without architectures in the config (a hub config, a hand-written one): by the model type."""
+    from transformers import BertConfig, GPT2Config, T5Config
+
+    from lm_human_preference_details.errors import UserError
+    from lm_human_preference_details.model import check_lm_config
+
+    for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
+        with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):
+            check_lm_config(config.to_dict(), "m")
+    check_lm_config(BertConfig(vocab_size=50257, is_decoder=True).to_dict(), "m")  # a BERT made causal attends back only
+    check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 88, "q + r")
+    with pytest.raises(UserError, match=r"^q \+ r = 89 positions, but m has room for 88; lower --task.query-length"):
+        check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 89, "q + r")
