@@ -335,7 +335,7 @@ def not_ours(out: str | Path, target: Path) -> UserError:
     """The line that refuses to write over ``target``, which compare.py did not write (or which is a link)."""
     what = "a symbolic link" if target.is_symlink() else "not a file compare.py wrote" if target.is_file() else "not a file"
     return UserError(f"--out {out}: {target} exists and is {what}; compare.py never replaces or writes through it: "
-                     f"pass another --out, or move {target} away (an earlier compare.py's report without the mark too)")
+                     f"pass another --out, or move {target} away (also a report from a compare.py older than its mark line)")
 
 
 def write_outputs(out: Path, report: list[str], panels: list[Panel], columns: int) -> None:
