@@ -21,6 +21,9 @@ Verdict: inside when our mean over runs lies in the baseline's band; diff = (our
 Curves: a PNG beside the report (--out runs/compare.md -> runs/compare.png), one panel per task and --check metric:
   each of our runs thin, their mean thick, over the baseline's band (approx: the table's band; cache: min..max of
   its runs) and mean; x = PPO update.
+Files: the report and the PNG are written only where no file is, or over the report and PNG an earlier compare.py
+  wrote (the report's first line is REPORT_MARK, the PNG's text chunk names the project); a file of yours, or a link,
+  at either path is refused in one line, and nothing is written (docs/runs.md).
 Exit status: 0 when every --check metric is inside, 1 when one is outside, 2 for bad input or data ("error: ...").
 """
 
@@ -43,13 +46,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
-from lm_human_preference_details.cli import expand_home  # noqa: E402
+from lm_human_preference_details.cli import check_utf8_path, expand_home  # noqa: E402
 from lm_human_preference_details.errors import UserError, run_main  # noqa: E402
+from lm_human_preference_details.files import new_or_ours  # noqa: E402
 from lm_human_preference_details.plots import (  # noqa: E402
     BadMetricsRow,
     Panel,
     as_curves,
     comparison_figure,
+    is_our_png,
     mean_curve,
     read_curves,
     save_figure,
@@ -63,6 +68,8 @@ CHECK = ["ppo/objective/score", "ppo/objective/kl", "ppo/objective/entropy"]
 BASELINE_MODEL = "124M"
 # the baseline's query sources (vwxyzjn/lm-human-preferences, branch poetry), as our --task.query-dataset names them
 BASELINE_QUERY_DATASET = {"sentiment": "bookcorpus", "descriptiveness": "bookcorpus", "tldr": "tldr-17"}
+# the report's first line: how a later run knows the file is one it may rewrite (an HTML comment: not rendered)
+REPORT_MARK = "<!-- written by benchmarks/compare.py, which rewrites this file when run again with the same --out -->"
 
 Series = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (steps, values), sorted by step
 
@@ -298,8 +305,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def check_out(path: str) -> None:
-    """--out names a markdown file that can be written, in a directory or beneath one that can be made. Writes nothing."""
+    """--out names a markdown file that can be written, in a directory or beneath one that can be made, whose report
+    and PNG paths hold nothing or what compare.py wrote there before. Writes nothing."""
     out = Path(path)
+    check_utf8_path("--out", out.absolute(), "the report names its PNG in UTF-8 text")
     if out.suffix == ".png":
         raise UserError(f"--out {path}: pass the markdown report's path (e.g. runs/compare.md); the PNG is written beside it")
     if out.is_dir():
@@ -311,14 +320,35 @@ def check_out(path: str) -> None:
         raise UserError(f"--out {path} lies under the file {existing}; pass a path in a directory")
     if not os.access(existing, os.W_OK):
         raise UserError(f"--out {path}: {existing} cannot be written; pass a path in a writable directory")
+    for target, ours in ((out, is_our_report), (out.with_suffix(".png"), is_our_png)):
+        if os.path.lexists(target) and (target.is_symlink() or not target.is_file() or not ours(target)):
+            raise not_ours(path, target)
+
+
+def is_our_report(path: Path) -> bool:
+    """Whether ``path`` is a report compare.py wrote: its first line is REPORT_MARK."""
+    with open(path, "rb") as f:
+        return f.readline(len(REPORT_MARK) + 2).rstrip(b"\n") == REPORT_MARK.encode()
+
+
+def not_ours(out: str | Path, target: Path) -> UserError:
+    """The line that refuses to write over ``target``, which compare.py did not write (or which is a link)."""
+    what = "a symbolic link" if target.is_symlink() else "not a file compare.py wrote" if target.is_file() else "not a file"
+    return UserError(f"--out {out}: {target} exists and is {what}; compare.py never replaces or writes through it: "
+                     f"pass another --out, or move {target} away (also a report from a compare.py older than its mark line)")
 
 
 def write_outputs(out: Path, report: list[str], panels: list[Panel], columns: int) -> None:
-    """The PNG, then the markdown report beside it; an OS error (disk full, permissions) is one line."""
+    """The PNG, then the markdown report beside it, each only where nothing is or over what compare.py wrote there
+    (checked again right before each file is put in place: files.new_or_ours); an OS error (disk full, permissions)
+    is one line."""
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_figure(comparison_figure(panels, columns), out.with_suffix(".png"))
-        out.write_text("\n".join(report) + "\n")
+        with new_or_ours(out.with_suffix(".png"), is_our_png) as tmp:
+            save_figure(comparison_figure(panels, columns), tmp)
+        with new_or_ours(out, is_our_report) as tmp:
+            tmp.write_text("\n".join([REPORT_MARK, *report]) + "\n")
+    except FileExistsError as e:  # a file of the user's appeared at either path while we compared
+        raise not_ours(out, Path(e.filename)) from None
     except OSError as e:
         raise UserError(f"cannot write --out {out} ({e.strerror or e}); pass a writable path") from None
 

@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -158,17 +159,37 @@ def fall_back(path: Path) -> str:
     return "no earlier checkpoint is kept (--keep-checkpoints): --overwrite starts the run again"
 
 
-def verify_checksums(path: Path) -> None:
-    """Every file SHA256SUMS lists in the checkpoint ``path`` has its sha256, else a one-line UserError naming the file
-    and the checkpoint to fall back to. A checkpoint saved before checksums were written has none to check."""
+def verify_checksums(path: Path) -> bool:
+    """Every file of the checkpoint ``path`` is named in its SHA256SUMS with its sha256, else a one-line UserError
+    naming the file and the checkpoint to fall back to; -> False when there is no SHA256SUMS to check (a checkpoint
+    saved before checksums were written, or one whose sums file was deleted: the caller says it is unverified)."""
     sums = Path(path) / CHECKSUMS
     if not sums.is_file():
-        return
-    for line in sums.read_text(errors="replace").splitlines():
+        return False
+    listed: dict[str, str] = {}
+    for number, line in enumerate(sums.read_text(errors="replace").splitlines(), 1):
         digest, _, name = line.partition("  ")
+        if not name or len(digest) != 64 or name in listed:
+            raise UserError(f"checkpoint {path} is corrupt: line {number} of {sums} is not one `SHA256  NAME` of a file "
+                            f"named once; {fall_back(path)}")
+        listed[name] = digest
+    files = {p.name for p in Path(path).iterdir() if p.name != CHECKSUMS}
+    unnamed = sorted(files - set(listed))  # an empty SHA256SUMS names no file: state.pt is unnamed
+    if unnamed:
+        raise UserError(f"checkpoint {path} is corrupt: {sums} does not name {Path(path) / unnamed[0]}, so it cannot be "
+                        f"checked; {fall_back(path)}")
+    for name, digest in listed.items():
         file = Path(path) / name
-        if not name or not file.is_file() or sha256_of(file) != digest:
+        if not file.is_file() or sha256_of(file) != digest:
             raise UserError(f"checkpoint {path} is corrupt: {file} does not match its sha256 in {sums}; {fall_back(path)}")
+    return True
+
+
+def unverified(path: Path) -> str:
+    """The line a checkpoint without SHA256SUMS is loaded with (docs/checkpoints.md: a warning, not a refusal)."""
+    return (f"warning: checkpoint {path} has no {CHECKSUMS}, so its files are loaded unverified (saved before "
+            f"checksums existed, or the file was deleted); if it may be damaged, delete {path} to resume from an "
+            "earlier checkpoint")
 
 
 @contextlib.contextmanager
@@ -203,10 +224,12 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     return path
 
 
-def load_checkpoint(path: Path, expect: tuple[str, ...] = ()) -> dict:
+def load_checkpoint(path: Path, expect: tuple[str, ...] = (), quiet: bool = False) -> dict:
     """Read a checkpoint written by `save_checkpoint`, its checksums verified; a corrupt one, or a file that is not a
-    checkpoint holding the keys ``expect`` (`RESUMABLE` for a run's), is one line naming what to fall back to."""
-    verify_checksums(path)
+    checkpoint holding the keys ``expect`` (`RESUMABLE` for a run's), is one line naming what to fall back to. One
+    without checksums loads with a warning on stderr (unless ``quiet``: the processes other than 0)."""
+    if not verify_checksums(path) and not quiet:
+        print(unverified(path), file=sys.stderr, flush=True)
     try:
         state = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: name it, no traceback
@@ -218,12 +241,12 @@ def load_checkpoint(path: Path, expect: tuple[str, ...] = ()) -> dict:
     return state
 
 
-def resume_checkpoint(path: Path | None, identity: Mapping[str, Any]) -> dict:
+def resume_checkpoint(path: Path | None, identity: Mapping[str, Any], quiet: bool = False) -> dict:
     """The checkpoint at ``path`` that a run resumes from, its config checked against ``identity`` (`check_same_run`);
-    without one, a new run's start (update 0)."""
+    without one, a new run's start (update 0). ``quiet``: no warning (load_checkpoint)."""
     if path is None:
         return {"update": 0, "elapsed": 0.0, "tracker": {}}
-    checkpoint = load_checkpoint(path, RESUMABLE)
+    checkpoint = load_checkpoint(path, RESUMABLE, quiet)
     check_same_run(checkpoint["config"], identity)
     return checkpoint
 

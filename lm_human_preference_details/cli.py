@@ -41,8 +41,9 @@ def expand_home(path: Optional[str]) -> Optional[str]:
 
 def check_output_dir(path: str, flag: str = "--output-dir") -> None:
     """``flag`` names a directory, or one that can be made: not a file, not under a file, not a link to nowhere,
-    writable. ``path`` is the flag's value after `expand_home`. Writes nothing."""
+    writable, named in UTF-8. ``path`` is the flag's value after `expand_home`. Writes nothing."""
     target = Path(path).absolute()
+    check_utf8_path(flag, target)
     if target.exists() and not target.is_dir():
         raise UserError(f"{flag} {path} is a file; pass a directory (it is made if missing)")
     existing = target
@@ -58,3 +59,14 @@ def check_output_dir(path: str, flag: str = "--output-dir") -> None:
     except OSError as e:
         raise UserError(f"{flag} {path} cannot be written (making a directory in {existing} failed: "
                         f"{e.strerror or e}); pass a writable directory") from None
+
+
+def check_utf8_path(flag: str, path: Path, why: str = "config.json, TensorBoard and W&B store the path as text") -> None:
+    """A one-line UserError unless ``path`` is UTF-8 text: a name made of other bytes (Python holds them as surrogates)
+    cannot be written into files that hold it as text (``why``: which), such as a run's config.json, TensorBoard's
+    event files and W&B."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")  # the bytes that are not UTF-8 as \xNN
+        raise UserError(f"{flag} {shown} is not UTF-8 text ({why}); pass a path whose name is UTF-8") from None

@@ -22,7 +22,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
@@ -185,3 +185,40 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def new_or_ours(final: str | os.PathLike, ours: Callable[[Path], bool]) -> Iterator[Path]:
+    """Yield a temporary path beside the file ``final``; when the block succeeds, put it at ``final`` only where no
+    entry has that name, or over a regular file that ``ours`` says this project wrote (docs/runs.md: never over a file
+    the project did not write, never through a link). The name is taken with a hard link, which fails if anything took
+    it since the check, so nothing that appears meanwhile is replaced. Else FileExistsError naming ``final``."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
+    target = tmp / final.name
+    try:
+        yield target
+        if not _take_name(target, final):
+            if final.is_symlink() or not final.is_file() or not ours(final):
+                raise FileExistsError(errno.EEXIST, "not a file this project wrote", str(final))
+            os.replace(target, final)  # a rename replaces the entry itself, never what a link points to
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _take_name(target: Path, final: Path) -> bool:
+    """Put ``target`` at ``final`` if no entry has that name (then True), never over one; False if one has."""
+    try:
+        os.link(target, final)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: claim the name exclusively, then rename onto the claim
+        try:
+            os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
+        except FileExistsError:
+            return False
+        os.replace(target, final)
+        return True

@@ -92,7 +92,7 @@ class Args:
         check_task(self.task)
         self.task = self.task.resolved()
         if self.policy is not None:
-            check_policy_path("--policy", self.policy, None)
+            check_policy_path("--policy", self.policy, None, self.task)
         get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
         check_task_inputs(self.task, self.base_model, self.labels_source)
         return self

@@ -22,7 +22,7 @@ from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
 from lm_human_preference_details.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.ppo import entropy_from_logits, logprobs_from_logits
-from lm_human_preference_details.tokenizer import load_tokenizer
+from lm_human_preference_details.tokenizer import N_VOCAB, load_tokenizer
 
 
 def prepare_inputs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -168,6 +168,29 @@ def context_length(config: dict) -> int | None:
         if isinstance(config.get(key), int):
             return config[key]
     return None
+
+
+def check_lm_config(config: dict, name: str, needed: int = 0, sizes: str = "") -> None:
+    """A policy or base model judged from its config alone, before any weight loads, else one line: a causal LM (no
+    BERT), an embedding per GPT-2 token (A1 plain-text tokens), room for ``needed`` positions (``sizes``: which flags)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED
+
+    kind, classes = config.get("model_type"), config.get("architectures") or []
+    causal = set(classes) & set(CAUSAL.values()) if classes else kind in CAUSAL  # the class it was saved as, else its type
+    encoder = kind in MASKED and not config.get("is_decoder")  # BERT's kind: attends both ways unless is_decoder is set
+    if config.get("is_encoder_decoder") or encoder or not causal:
+        what = f"a {classes[0]}" if classes else f"a model of type {kind!r}"
+        raise UserError(f"{name} is {what}, not a causal language model; pass a GPT-2 (a Hugging Face causal LM with "
+                        f"GPT-2's {N_VOCAB} tokens)")
+    n_vocab = config.get("vocab_size")
+    if isinstance(n_vocab, int) and n_vocab < N_VOCAB:
+        raise UserError(f"{name} has {n_vocab} tokens, but the GPT-2 tokenizer gives ids up to {N_VOCAB - 1}, which it "
+                        f"has no embedding for; pass a model with GPT-2's {N_VOCAB} tokens")
+    n_positions = context_length(config)
+    if n_positions is not None and needed > n_positions:
+        raise UserError(f"{sizes} = {needed} positions, but {name} has room for {n_positions}; lower "
+                        "--task.query-length or --task.response-length")
 
 
 class LMWithHead(nn.Module):

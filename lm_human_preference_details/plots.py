@@ -23,6 +23,8 @@ RUN_PANELS = {"ppo/objective/score": "score (reward model)", "ppo/objective/kl":
 OPTIONAL_PANELS = {"ppo/objective/gold_score": "gold score (offline labeler)"}
 
 Curve = tuple[np.ndarray, np.ndarray]  # (steps, values)
+SOFTWARE = "lm_human_preference_details"  # the Software text of every PNG we draw: how a later write knows it is ours
+PNG_MARK = b"tEXtSoftware\x00" + SOFTWARE.encode()  # that text chunk as it lies in the file
 _DRAWING = threading.Lock()
 
 
@@ -98,10 +100,16 @@ def run_curves_figure(run_dir: str | Path):
 
 
 def save_figure(fig, path: str | Path, dpi: int = 90) -> Path:
-    """Write ``fig`` to ``path`` as a PNG, atomically, and free it."""
+    """Write ``fig`` to ``path`` as a PNG, atomically, marked as ours (`PNG_MARK`), and free it."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": SOFTWARE})
     return Path(path)
+
+
+def is_our_png(path: Path) -> bool:
+    """Whether ``path`` is a PNG this project drew: its text chunk names us (matplotlib writes it before the pixels)."""
+    with open(path, "rb") as f:
+        return PNG_MARK in f.read(4096)
 
 
 def write_run_curves(run_dir: str | Path) -> Path:

@@ -302,7 +302,7 @@ class Run:
                models: Mapping[str, nn.Module] | None, tokenizer) -> int:
         """`start`'s work, on every process (no collective inside)."""
         objects, identity = dict(objects or {}), identity or config
-        checkpoint = resume_checkpoint(self.resume_from, identity)
+        checkpoint = resume_checkpoint(self.resume_from, identity, quiet=not self.is_main)
         args = self.args
         self.tracker = Tracker(self.dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
                                name=f"{self.kind}_{args.task_name}_seed{args.seed}_{int(time.time())}",

@@ -254,11 +254,13 @@ class RunDirectory:
                  f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
         return resume_from
 
-    def remove_if_empty(self) -> None:
-        """Rule 5: a run that failed before it started leaves nothing of its own behind."""
-        if not self.dir.is_dir() or any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir()):
+    def remove_if_empty(self, beside_others: bool = False) -> None:
+        """Rule 5: a run that failed before it started leaves nothing of its own behind. ``beside_others``: the caller
+        knows every other entry is someone else's (sample.py, before its samples), so our marker and lock go even then,
+        and no later --overwrite takes those entries for ours."""
+        if not self.dir.is_dir() or (not beside_others and any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir())):
             return
         for own in (MARKER, LOCK):
             (self.dir / own).unlink(missing_ok=True)
-        if self.made_dir:
+        if self.made_dir and not any(self.dir.iterdir()):
             self.dir.rmdir()

@@ -26,11 +26,12 @@ import tyro
 from lm_human_preference_details.cli import check_output_dir, expand_home
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.files import new_or_ours
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
     base_model_config,
+    check_lm_config,
     check_model_files,
     is_local_model,
     load_lm,
@@ -42,7 +43,7 @@ from lm_human_preference_details.ppo import apply_rejection, responses_pass_filt
 from lm_human_preference_details.queries import format_queries, make_query_sampler, query_source
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run
-from lm_human_preference_details.tasks import TaskHParams, get_task
+from lm_human_preference_details.tasks import TaskHParams, get_task, positions_needed
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.tracking import Tracker
 
@@ -102,9 +103,9 @@ class Args:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"
         # each path flag resolved once (cli.expand_home): every check and write below uses these values
         self.policy, self.compare, self.reward_model = map(expand_home, (self.policy, self.compare, self.reward_model))
-        check_policy_path("--policy", self.policy, self.task_name if default else None)
+        check_policy_path("--policy", self.policy, self.task_name if default else None, self.task)
         if self.compare not in (None, INITIAL):
-            check_policy_path("--compare", self.compare, None)
+            check_policy_path("--compare", self.compare, None, self.task)
         if self.output_dir is None:
             self.output_dir = f"runs/sample_{self.task_name}_seed{self.seed}"
         self.output_dir = expand_home(self.output_dir)
@@ -117,15 +118,15 @@ class Args:
         return self
 
 
-def check_policy_path(flag: str, source: str, default_of: str | None) -> None:
+def check_policy_path(flag: str, source: str, default_of: str | None, task: TaskHParams) -> None:
     """A policy path that exists, and not a run directory or its training checkpoints (which hold no model one can
-    sample): each one line naming the policy to pass. ``default_of``: the task whose default path ``source`` is."""
+    sample): each one line naming the policy to pass; then a model that can be a policy for ``task``
+    (model.check_lm_config). ``default_of``: the task whose default path ``source`` is."""
     path = Path(source).expanduser()
     if source.startswith("oai:") or is_tf_checkpoint(path):
         return  # OpenAI's runs: converted (and checked) as they load
-    if not is_local_model(source):
-        base_model_config(source, flag)  # a hub model: cached, or the hub reachable
-        return
+    if not is_local_model(source):  # a hub model: cached, or the hub reachable
+        return check_lm_config(base_model_config(source, flag), f"{flag} {source}", *positions_needed(task))
     if not path.exists():
         how = (f" (the default of --task {default_of}): train one with `python train_policy.py --task {default_of}` or "
                if default_of else "; ")
@@ -143,7 +144,8 @@ def check_policy_path(flag: str, source: str, default_of: str | None) -> None:
     if checkpoint or checkpoints:
         raise UserError(f"{flag} {source} is {what}, which has saved no policy yet (train_policy.py writes "
                         f"{run / 'policy'} at its first save); pass {flag} RUN/policy of a saved run")
-    check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
+    config = check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
+    check_lm_config(config, f"{flag} {source}", *positions_needed(task))
 
 
 def build_args(task_name: str) -> Args:
@@ -207,11 +209,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # the run-directory rules of the training scripts (run.py), checked and the directory marked before any sampling;
     # a failure before the samples are written leaves nothing behind
     with Run(args, "sample", inputs=inputs, ranks=Ranks(1, args.seed)) as run:
-        return sample_into(args, run.dir)
+        return sample_into(args, run)
 
 
-def sample_into(args: Args, out: Path) -> list[dict]:
-    """Sample every policy on the same queries, print the table, and write samples.jsonl and the tracker into ``out``."""
+def sample_into(args: Args, run: Run) -> list[dict]:
+    """Sample every policy on the same queries, print the table, and write samples.jsonl and the tracker into the run's
+    directory."""
+    out = run.dir
     get_task(args.task_name).prepare()
     device = pick_device(args.device)
     task = args.task
@@ -257,8 +261,7 @@ def sample_into(args: Args, out: Path) -> list[dict]:
 
     names = list(policies)
     print(format_table(rows, names))
-    with atomic_path(out / "samples.jsonl") as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_samples(run, rows)
     tracker = Tracker(out, dataclasses.asdict(args), track=args.track, project=args.wandb_project,
                       entity=args.wandb_entity, name=f"sample_{args.task_name}_seed{args.seed}")
     columns = ["policy", "query_index", "sample", "query", "response", "score"]
@@ -270,6 +273,21 @@ def sample_into(args: Args, out: Path) -> list[dict]:
     tracker.close()
     print(f"wrote {out / 'samples.jsonl'}")
     return rows
+
+
+def write_samples(run: Run, rows: list[dict]) -> None:
+    """RUN/samples.jsonl, one row per line. The run directory held none when the run began (--overwrite deleted the
+    last run's): one that appeared while sampling is someone else's and stays as it is (docs/runs.md: never over a file
+    the project did not write, never through a link); the samples are refused in one line and our marker goes, so that
+    no later --overwrite takes that file for ours."""
+    path = run.dir / "samples.jsonl"
+    try:
+        with new_or_ours(path, ours=lambda existing: False) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    except FileExistsError:
+        run.directory.remove_if_empty(beside_others=True)  # nothing of ours is in it yet
+        raise UserError(f"{path} appeared while sampling, and this run did not write it; it is left as it is: move it "
+                        "away and run the same command again") from None
 
 
 if __name__ == "__main__":

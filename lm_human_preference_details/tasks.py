@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from lm_human_preference_details.cli import check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import base_model_config, context_length
+from lm_human_preference_details.model import base_model_config, check_lm_config
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
@@ -93,6 +93,7 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
     for prefix + query + suffix + response."""
     task = task.resolved()
     config = base_model_config(base_model)  # first: the query file's check encodes texts with its tokenizer
+    check_lm_config(config, f"--base-model {base_model}", *positions_needed(task))
     check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
                         column=task.query_column, start_text=task.start_text, end_text=task.end_text,
                         base_model=base_model)
@@ -100,15 +101,15 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
     if task.truncate_token is not None and n_vocab is not None and task.truncate_token >= n_vocab:
         raise UserError(f"--task.truncate-token is {task.truncate_token}, but --base-model {base_model} has {n_vocab} "
                         f"tokens, so no response would ever hold it; pass a token id below {n_vocab} (13 is '.') or None")
-    n_positions = context_length(config)
+
+
+def positions_needed(task: TaskHParams) -> tuple[int, str]:
+    """The positions a query and its response take at most, and the flags that make them up (model.check_lm_config)."""
     # byte-level BPE: a text never takes more tokens than it has bytes
     extra = len(task.query_prefix.encode()) + len(task.query_suffix.encode())
     needed = task.query_length + task.response_length + extra
-    if n_positions is not None and needed > n_positions:
-        raise UserError(f"--task.query-length ({task.query_length}) + --task.response-length ({task.response_length})"
-                        f"{f' + up to {extra} prefix/suffix tokens' if extra else ''} = {needed} positions, but "
-                        f"--base-model {base_model} has room for {n_positions}; lower --task.query-length or "
-                        "--task.response-length")
+    return needed, (f"--task.query-length ({task.query_length}) + --task.response-length ({task.response_length})"
+                    f"{f' + up to {extra} prefix/suffix tokens' if extra else ''}")
 
 
 @dataclass

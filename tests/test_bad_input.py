@@ -323,3 +323,101 @@ def test_offline_report_evaluates_a_run_on_label_queries(tokenizer, tmp_path, mo
     assert queries.shape == (8, 32) and queries.equal(offline.heldout_queries(tokenizer, text_run, 8, seed=5))
     texts = [tokenizer.decode([t for t in q if t != tokenizer.pad_token_id]) for q in queries.tolist()]
     assert all(any(t.strip()[:20] in p for p in passages) for t in texts)
+
+
+# ------------------------------------------------------------------------------ paths and models, checked in-process
+def one_error_line(capsys, main, argv) -> str:
+    """``main(argv)`` under run_main, as the scripts run it -> its one stderr line; exit 2, no traceback, no stdout."""
+    from lm_human_preference_details.errors import run_main
+
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: main([str(a) for a in argv]))
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and "Traceback" not in out + err, err[-2000:]
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err.strip()
+
+
+def test_an_output_dir_that_is_not_utf8_is_one_line_before_anything_is_written(assets, tmp_path, capsys, monkeypatch):
+    import train_policy
+    import train_reward
+    from lm_human_preference_details import sample
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    out = os.fsdecode(bytes(tmp_path / "run") + b"\xff\xfe")  # a name made with bytes that are not UTF-8
+    data = ["--task.query-dataset", assets / "queries.txt", "--device", "cpu"]
+    for main, argv in [(train_reward.main, reward_args(assets, out)),
+                       (train_policy.main, ["--base-model", assets / "tiny-gpt2", *data, "--output-dir", out]),
+                       (sample.main, ["--policy", assets / "tiny-gpt2", *data, "--output-dir", out])]:
+        line = one_error_line(capsys, main, argv)
+        assert line == (f"error: --output-dir {tmp_path}/run\\xff\\xfe is not UTF-8 text (config.json, TensorBoard and "
+                        "W&B store the path as text); pass a path whose name is UTF-8")
+        assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def foreign_models(assets, tmp_path_factory) -> dict[str, Path]:
+    """Hugging Face models that cannot be our policy or base model, each beside the GPT-2 tokenizer's files: a GPT-2 of
+    1000 tokens, a GPT-2 of 20 positions (fewer than query + response), a BERT of GPT-2's vocabulary."""
+    import shutil
+
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    out = tmp_path_factory.mktemp("foreign-models")
+    small = {"n_embd": 16, "n_layer": 1, "n_head": 2}
+    models = {"vocab-1000": GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=64, **small)),
+              "20-positions": GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=20, **small)),
+              "bert": BertForMaskedLM(BertConfig(vocab_size=50257, hidden_size=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=32))}
+    for name, model in models.items():
+        model.save_pretrained(out / name)
+        for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(assets / "tiny-gpt2" / tokenizer_file, out / name / tokenizer_file)
+    return {name: out / name for name in models}
+
+
+FOREIGN = {"vocab-1000": "has 1000 tokens, but the GPT-2 tokenizer gives ids up to 50256, which it has no embedding for; "
+                         "pass a model with GPT-2's 50257 tokens",
+           "20-positions": "= 88 positions, but {flag} {model} has room for 20; lower --task.query-length",
+           "bert": "is a BertForMaskedLM, not a causal language model; pass a GPT-2"}
+
+
+@pytest.mark.parametrize("model", FOREIGN)
+def test_a_model_that_cannot_be_our_policy_is_one_line_in_every_tool(assets, foreign_models, model, tmp_path, capsys,
+                                                                     monkeypatch):
+    import train_policy
+    import train_reward
+    from lm_human_preference_details import label, sample
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    path, out = foreign_models[model], tmp_path / "out"
+    data = ["--task.query-dataset", assets / "queries.txt", "--device", "cpu"]  # sentiment's 64 + 24 positions
+    tiny, new = assets / "tiny-gpt2", "--rewards.train-new-model."
+    reward_run = [f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 16, f"{new}batch-size", 8,
+                  f"{new}rollout-batch-size", 8, f"{new}normalize-samples", 8, f"{new}eval-labels", 0]  # RUN/reward's
+    for main, flag, argv in [
+            (sample.main, "--policy", ["--policy", path, *data, "--output-dir", out]),
+            (label.main, "--policy", ["--policy", path, "--base-model", tiny, *data, "--output", out, "--port", 0]),
+            (train_policy.main, "--base-model", ["--base-model", path, *data, *reward_run, "--output-dir", out]),
+            (train_reward.main, "--base-model", [*reward_args(assets, out), *data, "--base-model", path])]:
+        line = one_error_line(capsys, main, argv)
+        assert FOREIGN[model].format(flag=flag, model=path) in line and f"{flag} {path}" in line, line
+        assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_what_can_be_a_policy_is_judged_from_the_config():
+    """check_lm_config without architectures in the config (a hub config, a hand-written one): by the model type."""
+    from transformers import BertConfig, GPT2Config, T5Config
+
+    from lm_human_preference_details.errors import UserError
+    from lm_human_preference_details.model import check_lm_config
+
+    for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
+        with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):
+            check_lm_config(config.to_dict(), "m")
+    check_lm_config(BertConfig(vocab_size=50257, is_decoder=True).to_dict(), "m")  # a BERT made causal attends back only
+    check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 88, "q + r")
+    with pytest.raises(UserError, match=r"^q \+ r = 89 positions, but m has room for 88; lower --task.query-length"):
+        check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 89, "q + r")

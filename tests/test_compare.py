@@ -3,6 +3,7 @@ and benchmarks/slurm_array.sbatch run as one array element. No network."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -320,3 +321,116 @@ def test_slurm_template_runs_the_array_element(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "benchmarks" / "slurm_array.sbatch")], capture_output=True, text=True,
                             timeout=30, env={**env, "SLURM_ARRAY_TASK_ID": "3"})
     assert result.returncode == 2 and result.stderr.strip() == "error: array index 3, but LMHP_JOBS holds 3 jobs"
+
+
+# ------------------------------------------------------------------------------ the report and PNG: never over yours
+def files_under(root: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root``: a file's bytes, a link's target."""
+    return {str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def refused(capsys, argv) -> str:
+    """compare.main(argv) as the script runs it -> its one `error:` line (exit 2, no traceback)."""
+    from lm_human_preference_details.errors import run_main
+
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: compare.main(argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err and err.count("\n") == 1 and err.startswith("error: "), err
+    return err.strip()
+
+
+@pytest.mark.parametrize("case", ["my-report", "my-png", "link-to-mine", "link-to-a-report", "old-report"])
+def test_an_out_path_holding_a_file_not_ours_is_refused_and_kept(setup, case, capsys):
+    tmp, argv = setup
+    out, png, mine = tmp / "out.md", tmp / "out.png", tmp / "mine.md"
+    compare.main([*argv, "--out", str(tmp / "earlier" / "out.md")])  # a report compare.py wrote, elsewhere
+    capsys.readouterr()
+    mine.write_text("# my notes\n")
+    if case == "my-report":
+        out.write_text("# my notes about the runs\n")
+    elif case == "my-png":
+        png.write_bytes(b"\x89PNG\r\n\x1a\nmy picture")
+    elif case == "link-to-mine":
+        out.symlink_to(mine)
+    elif case == "link-to-a-report":  # a link is never written through, or replaced, even to a file compare.py wrote
+        out.symlink_to(tmp / "earlier" / "out.md")
+    else:  # a report without the mark (compare.py before it had one): yours to move away
+        out.write_text("".join((tmp / "earlier" / "out.md").read_text().splitlines(True)[1:]))
+    before = files_under(tmp)
+    line = refused(capsys, argv)
+    target = png if case == "my-png" else out
+    assert line.startswith(f"error: --out {out}: {target} exists and is ") and "pass another --out" in line, line
+    assert ("a symbolic link" in line) == case.startswith("link")
+    assert files_under(tmp) == before
+
+
+def test_a_second_run_rewrites_its_own_report_and_png(setup, capsys):
+    tmp, argv = setup
+    compare.main(argv)
+    first = (tmp / "out.md").read_text()
+    assert first.splitlines()[0] == compare.REPORT_MARK and compare.is_our_png(tmp / "out.png")
+    compare.main([*argv, "--last-k", "1"])  # the same --out, other numbers: both files replaced
+    assert (tmp / "out.md").read_text() != first and (tmp / "out.md").read_text().startswith(compare.REPORT_MARK)
+    assert sorted(p.name for p in tmp.iterdir()) == ["cache", "out.md", "out.png", "runs"]  # no temporary left
+
+
+@pytest.mark.parametrize("appears", ["report", "png", "link"])
+def test_a_file_of_yours_that_appears_while_comparing_is_kept(setup, appears, capsys, monkeypatch):
+    """Checked again right before each write: a file that appeared after the flags were checked is not replaced."""
+    tmp, argv = setup
+    out, png = tmp / "out.md", tmp / "out.png"
+    compare.main([*argv, "--out", str(tmp / "earlier" / "out.md")])
+    capsys.readouterr()
+    real = compare.compare_task
+
+    def and_a_file_appears(*args):
+        if appears == "report":
+            out.write_text("# my notes\n")
+        elif appears == "png":
+            png.write_bytes(b"my picture")
+        else:  # a link to a report compare.py wrote: still a link of yours
+            out.symlink_to(tmp / "earlier" / "out.md")
+        return real(*args)
+
+    monkeypatch.setattr(compare, "compare_task", and_a_file_appears)
+    before = files_under(tmp / "earlier")
+    line = refused(capsys, argv)
+    target = png if appears == "png" else out
+    assert line.startswith(f"error: --out {out}: {target} exists and is "), line
+    assert (os.readlink(out) == str(tmp / "earlier" / "out.md") if appears == "link" else
+            target.read_bytes() == (b"my picture" if appears == "png" else b"# my notes\n"))
+    assert files_under(tmp / "earlier") == before
+    assert not list(tmp.glob(".lmhp-tmp*"))
+
+
+def test_an_out_path_that_is_not_utf8_is_one_line(setup, capsys):
+    tmp, argv = setup
+    out = os.fsdecode(bytes(tmp / "report") + b"\xff.md")
+    line = refused(capsys, [*argv, "--out", out])
+    assert line == (f"error: --out {tmp}/report\\xff.md is not UTF-8 text (the report names its PNG in UTF-8 text); "
+                    "pass a path whose name is UTF-8")
+    assert sorted(p.name for p in tmp.iterdir()) == ["cache", "runs"]
+
+
+def test_new_or_ours_without_hard_links(tmp_path, monkeypatch):
+    """files.new_or_ours on a file system that has no hard links (EPERM): the name is claimed exclusively instead."""
+    import errno
+
+    from lm_human_preference_details import files
+
+    def no_links(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    mine, ours = tmp_path / "mine.md", tmp_path / "ours.md"
+    mine.write_text("my notes\n")
+    for target in (mine, ours):
+        with pytest.raises(FileExistsError) if target == mine else contextlib.nullcontext():
+            with files.new_or_ours(target, ours=lambda path: path == ours) as tmp:
+                tmp.write_text("report\n")
+    assert mine.read_text() == "my notes\n" and ours.read_text() == "report\n"
+    with files.new_or_ours(ours, ours=lambda path: path == ours) as tmp:  # ours: replaced
+        tmp.write_text("report 2\n")
+    assert ours.read_text() == "report 2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.md", "ours.md"]

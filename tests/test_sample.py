@@ -142,3 +142,39 @@ def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
     policy, base = sample.load_policy(local, load_tokenizer(local), 0.7, "cpu")
     assert base == "gpt2"  # OpenAI's policies were fine-tuned from GPT-2 124M: --compare initial loads it
     assert policy.temperature == 0.7 and policy.n_vocab == EXPECTED_VOCAB
+
+
+@pytest.mark.parametrize("appears", ["file", "link"])
+def test_a_samples_file_that_appears_while_sampling_is_kept(assets, saved, tmp_path, capsys, monkeypatch, appears):
+    """docs/runs.md: never over a file the project did not write, never through a link, checked right before the write;
+    then the same command, once the file is moved away, writes the samples."""
+    from lm_human_preference_details.errors import run_main
+    from lm_human_preference_details.run_dir import MARKER
+
+    out, mine = tmp_path / "out", tmp_path / "mine.jsonl"
+    mine.write_text("my samples\n")
+    real = sample.format_table
+
+    def and_a_file_appears(rows, names):  # after sampling, before samples.jsonl is written
+        if appears == "file":
+            (out / "samples.jsonl").write_text("my samples\n")
+        else:
+            (out / "samples.jsonl").symlink_to(mine)
+        return real(rows, names)
+
+    monkeypatch.setattr(sample, "format_table", and_a_file_appears)
+    argv = ["--task.query-dataset", str(assets / "queries.txt"), *TASK, "--device", "cpu", "--output-dir", str(out),
+            "--policy", str(saved["same"]), "--num-queries", "2"]
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: sample.main(argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"error: {out / 'samples.jsonl'} appeared while sampling, and this run did not write it")
+    assert os.listdir(out) == ["samples.jsonl"]  # our marker went: no later --overwrite takes the file for ours
+    assert (out / "samples.jsonl").is_symlink() == (appears == "link") and mine.read_text() == "my samples\n"
+    assert (out / "samples.jsonl").read_text() == "my samples\n"
+    (out / "samples.jsonl").rename(tmp_path / "moved.jsonl")
+    monkeypatch.setattr(sample, "format_table", real)
+    rows = sample.main(argv)  # the same command
+    assert [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()] == rows
+    assert (out / MARKER).is_file()
