@@ -27,16 +27,8 @@ from lm_human_preference_details.cli import check_output_dir, expand_home
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import new_or_ours
-from lm_human_preference_details.model import (
-    Policy,
-    RewardModel,
-    base_model_config,
-    check_lm_config,
-    check_model_files,
-    is_local_model,
-    load_lm,
-    load_model_dir,
-)
+from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir
+from lm_human_preference_details.model_files import base_model_config, check_lm_config, check_model_files, is_local_model
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_policy, resolve_reward_model
 from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
@@ -121,7 +113,7 @@ class Args:
 def check_policy_path(flag: str, source: str, default_of: str | None, task: TaskHParams) -> None:
     """A policy path that exists, and not a run directory or its training checkpoints (which hold no model one can
     sample): each one line naming the policy to pass; then a model that can be a policy for ``task``
-    (model.check_lm_config). ``default_of``: the task whose default path ``source`` is."""
+    (model_files.check_lm_config). ``default_of``: the task whose default path ``source`` is."""
     path = Path(source).expanduser()
     if source.startswith("oai:") or is_tf_checkpoint(path):
         return  # OpenAI's runs: converted (and checked) as they load

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from lm_human_preference_details.cli import check_at_least, check_positive, expand_home
 from lm_human_preference_details.downloads import OAI_URL
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import base_model_config, check_lm_config
+from lm_human_preference_details.model_files import base_model_config, check_lm_config
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
@@ -104,7 +104,7 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
 
 
 def positions_needed(task: TaskHParams) -> tuple[int, str]:
-    """The positions a query and its response take at most, and the flags that make them up (model.check_lm_config)."""
+    """The positions a query and its response take at most, and the flags that make them up (model_files.check_lm_config)."""
     # byte-level BPE: a text never takes more tokens than it has bytes
     extra = len(task.query_prefix.encode()) + len(task.query_suffix.encode())
     needed = task.query_length + task.response_length + extra

@@ -412,7 +412,7 @@ def test_what_can_be_a_policy_is_judged_from_the_config():
     from transformers import BertConfig, GPT2Config, T5Config
 
     from lm_human_preference_details.errors import UserError
-    from lm_human_preference_details.model import check_lm_config
+    from lm_human_preference_details.model_files import check_lm_config
 
     for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
         with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):

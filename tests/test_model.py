@@ -255,7 +255,7 @@ def test_compiled_blocks_give_the_same_numbers_and_gradients(policy, eager_and_c
 
 
 def test_is_local_model_tells_paths_from_hub_names(tmp_path):
-    from lm_human_preference_details.model import is_local_model
+    from lm_human_preference_details.model_files import is_local_model
 
     assert not is_local_model("gpt2") and not is_local_model("openai-community/gpt2")
     for path in ("/nonexistent/model", "./gpt2", "~/models/gpt2", "a/b/c", "a/../b", str(tmp_path)):
@@ -266,7 +266,7 @@ def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
     import shutil
 
     from lm_human_preference_details.errors import UserError
-    from lm_human_preference_details.model import check_model_files, context_length, safetensors_problem
+    from lm_human_preference_details.model_files import check_model_files, context_length, safetensors_problem
 
     config = check_model_files(tiny_model_dir, "--base-model", "fix")
     assert context_length(config) == 256 and context_length({"max_position_embeddings": 2048}) == 2048
