@@ -189,6 +189,14 @@ class Ranks:
         dist.all_reduce(y, op=dist.ReduceOp.SUM)
         return y.to(x.device)
 
+    def from_main(self, value):
+        """Process 0's ``value`` (any picklable object), on every process."""
+        if self.world_size == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def backward(self, loss_fn: Callable[[slice], tuple[torch.Tensor, dict[str, torch.Tensor]]], n: int,
                  params: Iterable[torch.nn.Parameter], micro_batches: Callable[[int], list[slice]]) -> dict[str, torch.Tensor]:
         """The gradient of one optimizer step over this process's ``n`` rows, as the original's ranks computed it

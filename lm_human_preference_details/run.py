@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from lm_human_preference_details.checkpoint import (
@@ -131,15 +130,6 @@ def agree_after_update(ranks, stop: StopSignals, error: Optional[BaseException])
     if received:
         stop.signum = received[0]
     return bool(received)
-
-
-def from_main(ranks, value: T) -> T:
-    """Process 0's ``value``, on every process (a broadcast)."""
-    if ranks.world_size == 1:
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 # ----------------------------------------------------------------------------------------------- non-finite guard
@@ -269,7 +259,7 @@ class Run:
                 self.directory.enter()
         try:
             with self.ranks.agree():  # every process sees the run where process 0 does, or the job ends in one line
-                self.resume_from = self.directory.resume_point(lambda seen: from_main(self.ranks, seen))
+                self.resume_from = self.directory.resume_point(self.ranks.from_main)
         except BaseException:
             self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (rule 5)
             raise
