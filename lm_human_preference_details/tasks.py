@@ -66,9 +66,11 @@ class TaskHParams:
         """The query source --task.query-dataset names (its ``~`` expanded), decided once (`registry.query_source`,
         called here alone) and kept with the task. Not a field: the name stays what tyro, config.json, checkpoints and
         W&B hold."""
-        if self.__dict__.get("_source") is None:
-            self._source = query_source(expand_home(self.query_dataset))
-        return self._source
+        name, source = self.__dict__.get("_source", (None, None))
+        if name != self.query_dataset:  # not yet decided, or the value was set again since
+            name, source = self.query_dataset, query_source(expand_home(self.query_dataset))
+            self._source = name, source
+        return source
 
     def resolved(self) -> TaskHParams:
         """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (its QuerySource's),
@@ -79,7 +81,7 @@ class TaskHParams:
         end = source.end_text if self.end_text == DATASET_DEFAULT else self.end_text
         source.check_processing(start, end)
         task = dataclasses.replace(self, query_dataset=expand_home(self.query_dataset), start_text=start, end_text=end)
-        task._source = source
+        task._source = task.query_dataset, source
         return task
 
 
