@@ -52,6 +52,7 @@ def main() -> None:
 
     from lm_human_preference_details.offline import gpt2_tokenizer
     from lm_human_preference_details.queries import HFQuerySampler
+    from lm_human_preference_details.tasks import TaskHParams
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="hf_queries_bench-"))
     dataset, caches = args.dataset, {}
@@ -65,7 +66,8 @@ def main() -> None:
 
     tokenizer = gpt2_tokenizer()
     t0 = time.perf_counter()
-    sampler = HFQuerySampler(tokenizer, dataset=dataset, query_length=64, batch_size=args.batch_size, seed=1,
+    source = TaskHParams(query_dataset=dataset).source
+    sampler = HFQuerySampler(tokenizer, source=source, query_length=64, batch_size=args.batch_size, seed=1,
                              **caches)
     t1 = time.perf_counter()
     sampler.next_rows()  # computes (or loads) every rank's first window

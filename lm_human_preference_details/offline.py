@@ -44,7 +44,7 @@ from lm_human_preference_details.model import Policy, disable_dropout, load_lm
 from lm_human_preference_details.plots import write_run_curves
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.progress import progress
-from lm_human_preference_details.queries import QuerySampler, format_queries, query_source
+from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.tasks import LabelHParams, Task, TaskHParams
 from lm_human_preference_details.tokenizer import N_VOCAB, gpt2_tokenizer
 
@@ -213,8 +213,8 @@ def share_unused_rows(model, vocab: torch.Tensor) -> None:
 @torch.no_grad()
 def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> list[dict]:
     """Best-of-4 labels in OpenAI's schema from samples of ``policy``, the best picked by the gold scorer."""
-    sampler = QuerySampler(tokenizer, dataset=str(queries_path), query_length=QUERY_LENGTH, start_text=".",
-                           end_text=".", batch_size=128, seed=seed)
+    passages = TaskHParams(query_dataset=str(queries_path), query_length=QUERY_LENGTH, start_text=".", end_text=".")
+    sampler = make_query_sampler(tokenizer, passages, batch_size=128, seed=seed, num_ranks=1, shuffle_seed=seed)
     g = torch.Generator().manual_seed(seed)
     pad_id = tokenizer.pad_token_id
     records = []
@@ -316,11 +316,10 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
 def heldout_queries(tokenizer, task, n: int, seed: int) -> torch.Tensor:
     """[n, query_length] queries from the held-out passages (queries_test.txt), processed as the run's text queries;
     for a run on the label file's queries (oai-label-queries), as make_labels cut those from the same corpus."""
-    texts = query_source(task.query_dataset).path is not None  # a local file of texts, not a named source
-    sampler = QuerySampler(tokenizer, dataset=str(offline_dir() / "queries_test.txt"), query_length=task.query_length,
-                           start_text=task.start_text if texts else ".", end_text=task.end_text if texts else ".",
-                           batch_size=n, seed=seed)
-    return next(sampler)
+    texts = task.source.path is not None  # a local file of texts, not a named source
+    heldout = TaskHParams(query_dataset=str(offline_dir() / "queries_test.txt"), query_length=task.query_length,
+                          start_text=task.start_text if texts else ".", end_text=task.end_text if texts else ".")
+    return next(make_query_sampler(tokenizer, heldout, batch_size=n, seed=seed, num_ranks=1, shuffle_seed=seed))
 
 
 @torch.no_grad()

@@ -32,7 +32,7 @@ from lm_human_preference_details.model_files import base_model_config, check_lm_
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_policy, resolve_reward_model
 from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
-from lm_human_preference_details.queries import format_queries, make_query_sampler, query_source
+from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import Ranks, check_seed
 from lm_human_preference_details.run import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task, positions_needed
@@ -89,7 +89,8 @@ class Args:
         if self.query_mode not in ("train", "test", "auto"):
             raise UserError(f"--query-mode must be train, test or auto, got {self.query_mode!r}")
         if self.query_mode == "auto":
-            self.query_mode = "test" if "test" in query_source(self.task.query_dataset).modes else "train"
+            self.query_mode = self.task.source.heldout_mode()
+        self.task.source.check_mode(self.query_mode)  # the source's modes, before any policy is read
         default = self.policy is None
         if default:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"

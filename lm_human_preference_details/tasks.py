@@ -19,6 +19,7 @@ from lm_human_preference_details.downloads import OAI_URL
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model_files import base_model_config, check_lm_config
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
+from lm_human_preference_details.queries.source import QuerySource
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
 # never be a real one-token start or end text)
@@ -60,14 +61,28 @@ class TaskHParams:
     temperature: float = 0.7
     """sampling temperature of the policy (launch.py: 0.7, cnndm 0.5)"""
 
+    @property
+    def source(self) -> QuerySource:
+        """The query source --task.query-dataset names (its ``~`` expanded), decided once (`registry.query_source`,
+        called here alone) and kept with the task. Not a field: the name stays what tyro, config.json, checkpoints and
+        W&B hold."""
+        name, source = self.__dict__.get("_source", (None, None))
+        if name != self.query_dataset:  # not yet decided, or the value was set again since
+            name, source = self.query_dataset, query_source(expand_home(self.query_dataset))
+            self._source = name, source
+        return source
+
     def resolved(self) -> TaskHParams:
         """A copy whose start and end text left at DATASET_DEFAULT take the query dataset's own (its QuerySource's),
-        and whose query dataset path has its ``~`` expanded once (cli.expand_home)."""
-        source = query_source(self.query_dataset)
-        start, end = source.start_text, source.end_text
-        return dataclasses.replace(self, query_dataset=expand_home(self.query_dataset),
-                                   start_text=start if self.start_text == DATASET_DEFAULT else self.start_text,
-                                   end_text=end if self.end_text == DATASET_DEFAULT else self.end_text)
+        and whose query dataset path has its ``~`` expanded once (cli.expand_home); the source refuses a start or end
+        text it cannot take here, when the flags are checked (`QuerySource.check_processing`)."""
+        source = self.source
+        start = source.start_text if self.start_text == DATASET_DEFAULT else self.start_text
+        end = source.end_text if self.end_text == DATASET_DEFAULT else self.end_text
+        source.check_processing(start, end)
+        task = dataclasses.replace(self, query_dataset=expand_home(self.query_dataset), start_text=start, end_text=end)
+        task._source = task.query_dataset, source
+        return task
 
 
 def check_task(task: TaskHParams) -> None:
@@ -94,7 +109,7 @@ def check_task_inputs(task: TaskHParams, base_model: str, labels_source: str | N
     task = task.resolved()
     config = base_model_config(base_model)  # first: the query file's check encodes texts with its tokenizer
     check_lm_config(config, f"--base-model {base_model}", *positions_needed(task))
-    check_query_dataset(task.query_dataset, query_length=task.query_length, labels_source=labels_source,
+    check_query_dataset(task.source, query_length=task.query_length, labels_source=labels_source,
                         column=task.query_column, start_text=task.start_text, end_text=task.end_text,
                         base_model=base_model)
     n_vocab = config.get("vocab_size")

@@ -66,7 +66,7 @@ def baseline_rank_texts(path, column: str, *, seed: int, rank: int, world_size: 
 
 def make_sampler(tokenizer, path, tmp_path, **kwargs):
     kwargs.setdefault("query_length", 8)
-    return HFQuerySampler(tokenizer, dataset=str(path), cache_dir=tmp_path / "cache",
+    return HFQuerySampler(tokenizer, source=registry.query_source(str(path)), cache_dir=tmp_path / "cache",
                           datasets_cache_dir=tmp_path / "ds-cache", **kwargs)
 
 
@@ -164,8 +164,8 @@ def test_bad_inputs(tokenizer, bookcorpus_parquet, tmp_path):
 
 def test_download_failure_is_one_line(tmp_path):
     code = ("from lm_human_preference_details.errors import run_main\n"
-            "from lm_human_preference_details.queries.registry import parquet_files\n"
-            f"run_main(lambda: parquet_files('bookcorpus', hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
+            "from lm_human_preference_details.queries.registry import parquet_files, query_source\n"
+            f"run_main(lambda: parquet_files(query_source('bookcorpus'), hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                             check=False)
@@ -282,11 +282,11 @@ def test_a_damaged_archive_is_one_line_and_leaves_no_table(tmp_path):
     archive.write_bytes(bytes(data))
     with pytest.raises(UserError, match=r"cannot read .*damaged.zip into .*body.arrow \(Bad CRC-32 .*\); a damaged "
                                         r"archive: delete it") as e:
-        registry.open_query_data(str(archive), "body", cache_dir=tmp_path / "cache")
+        registry.open_query_data(registry.query_source(str(archive)), "body", cache_dir=tmp_path / "cache")
     assert "\n" not in str(e.value) and not list((tmp_path / "cache").rglob("*.arrow"))
     (tmp_path / "not.zip").write_text("not a zip")
     with pytest.raises(UserError, match=r"not.zip is not a readable .zip holding corpus-webis-tldr-17.json"):
-        registry.open_query_data(str(tmp_path / "not.zip"), "body", cache_dir=tmp_path / "cache")
+        registry.open_query_data(registry.query_source(str(tmp_path / "not.zip")), "body", cache_dir=tmp_path / "cache")
 
 
 def test_local_tldr_zip_gives_each_rank_the_baselines_stream(tokenizer, tldr_zip, tmp_path, capsys):
@@ -333,7 +333,8 @@ def test_tldr_17_reads_the_hubs_archive_from_the_cache_once(tokenizer, tmp_path,
     monkeypatch.setattr(tldr17, "TLDR", small)
     hub, tldr_zip = tmp_path / "hub", write_tldr_zip(tmp_path / "no-null.zip", tldr_corpus_lines(null_body=False))
     fake_hub_cache(hub, "webis/tldr-17", "main", {"data/corpus-webis-tldr-17.zip": tldr_zip})
-    kwargs = dict(dataset="tldr-17", query_length=8, batch_size=8, seed=1, world_size=8, cache_dir=tmp_path / "cache",
+    kwargs = dict(source=registry.query_source("tldr-17"), query_length=8, batch_size=8, seed=1, world_size=8,
+                  cache_dir=tmp_path / "cache",
                   hub_cache_dir=hub, column="body")
     first = HFQuerySampler(tokenizer, **kwargs).next_texts()
     assert (tmp_path / "cache" / "hf_queries" / "tldr-17" / "body.arrow").is_file()
@@ -350,15 +351,16 @@ def test_tldr_17_cache_with_another_corpus_is_refused(tokenizer, tldr_zip, tmp_p
     fake_hub_cache(tmp_path / "hub", "webis/tldr-17", "main", {"data/corpus-webis-tldr-17.zip": tldr_zip})
     with pytest.raises(UserError, match=r"holds 20 rows, the baseline shuffled 3,848,330.*`hf cache rm "
                                         r"dataset/webis/tldr-17`"):
-        HFQuerySampler(tokenizer, dataset="tldr-17", query_length=8, batch_size=8, seed=1, cache_dir=tmp_path / "cache",
+        HFQuerySampler(tokenizer, source=registry.query_source("tldr-17"), query_length=8, batch_size=8, seed=1,
+                       cache_dir=tmp_path / "cache",
                        hub_cache_dir=tmp_path / "hub")
     assert not list((tmp_path / "cache").rglob("*.arrow"))
 
 
 def test_tldr_17_offline_without_the_archive_is_one_line_with_a_working_command(tmp_path):
     code = ("from lm_human_preference_details.errors import run_main\n"
-            "from lm_human_preference_details.queries.registry import open_query_data\n"
-            f"run_main(lambda: open_query_data('tldr-17', 'body', cache_dir={str(tmp_path / 'cache')!r}, "
+            "from lm_human_preference_details.queries.registry import open_query_data, query_source\n"
+            f"run_main(lambda: open_query_data(query_source('tldr-17'), 'body', cache_dir={str(tmp_path / 'cache')!r}, "
             f"hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -475,7 +477,7 @@ def test_a_partial_export_is_refused_before_any_download(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"parquet export of bookcorpus/bookcorpus \(refs/convert/parquet\) holds only a "
                                         r"partial train split .* all 74,004,228 rows cannot be reproduced; pass "
                                         r"--task.query-dataset a local .parquet file or folder") as e:
-        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value)
     assert hub.calls == [("list_repo_tree", "bookcorpus/bookcorpus", "plain_text", True, "dataset", "refs/convert/parquet")]
     assert hub.downloads == [] and not (tmp_path / "hub").exists()
@@ -488,7 +490,7 @@ def test_a_resized_export_is_refused_before_any_download(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"the Hub's parquet export of bookcorpus/bookcorpus holds 15 rows, the baseline "
                                         r"shuffled 74,004,228, so its stream would not be the baseline's; the export has "
                                         r"changed since the baseline ran"):
-        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub")
     assert [c[1] for c in hub.calls if c[0] == "open"] == [f"datasets/bookcorpus/bookcorpus/{p}" for p in files]
     assert {c[2] for c in hub.calls if c[0] == "open"} == {"refs/convert/parquet"}  # footers read from the export
     assert hub.downloads == []
@@ -498,7 +500,7 @@ def test_a_missing_export_is_one_line(tmp_path, monkeypatch):
     hub = FakeHub({}, monkeypatch, missing=True)
     with pytest.raises(UserError, match=r"the Hub has no parquet export of bookcorpus/bookcorpus .*Entry Not Found.*"
                                         r"pass --task.query-dataset a local") as e:
-        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value) and hub.downloads == []
 
 
@@ -510,7 +512,7 @@ def test_a_complete_export_downloads_exactly_its_checked_train_files(tmp_path, m
     monkeypatch.setitem(registry.SOURCES, "bookcorpus", dataclasses.replace(
         bookcorpus, hub=dataclasses.replace(bookcorpus.hub, num_rows=15), num_rows=15))
     hub = FakeHub(files, monkeypatch)
-    got = registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+    got = registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub")
     train = [f"plain_text/train/{i:04d}.parquet" for i in range(3)]
     assert hub.downloads == [train]
     assert got == [tmp_path / "hub" / "snapshot" / p for p in train]
@@ -523,13 +525,13 @@ def test_a_cached_partial_export_is_refused_offline(tmp_path):
     fake_hub_cache(tmp_path / "hub", "bookcorpus/bookcorpus", "refs/convert/parquet",
                    {"plain_text/partial-train/0000.parquet": part, "plain_text/partial-train/0001.parquet": part})
     with pytest.raises(UserError, match=r"holds only a partial train split") as e:
-        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub")
+        registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub")
     assert "\n" not in str(e.value)
     full = {f"plain_text/train/{i:04d}.parquet": part for i in range(2)}
     fake_hub_cache(tmp_path / "hub2", "bookcorpus/bookcorpus", "refs/convert/parquet", full)
     with pytest.raises(UserError, match=r"the cached parquet export of bookcorpus/bookcorpus .* holds 10 rows, the "
                                         r"baseline shuffled 74,004,228.*`hf cache rm dataset/bookcorpus/bookcorpus`"):
-        registry.parquet_files("bookcorpus", hub_cache_dir=tmp_path / "hub2")
+        registry.parquet_files(registry.query_source("bookcorpus"), hub_cache_dir=tmp_path / "hub2")
 
 
 # ------------------------------------------------------------------------------ local folders: one split, one schema
@@ -543,7 +545,8 @@ def test_a_cached_partial_export_is_refused_offline(tmp_path):
 def test_a_folder_reads_the_split_the_run_asks_for(tmp_path, layout, expected):
     for name in layout:
         write_parquet(tmp_path / "data_dir" / name, 3)
-    assert registry.parquet_files(str(tmp_path / "data_dir")) == [tmp_path / "data_dir" / p for p in expected]
+    got = registry.parquet_files(registry.query_source(str(tmp_path / "data_dir")))
+    assert got == [tmp_path / "data_dir" / p for p in expected]
 
 
 @pytest.mark.parametrize("layout, match", [
@@ -557,7 +560,7 @@ def test_a_folder_of_mixed_splits_is_one_line(tmp_path, layout, match):
     for name in layout:
         write_parquet(tmp_path / "data_dir" / name, 3)
     with pytest.raises(UserError, match=match) as e:
-        registry.parquet_files(str(tmp_path / "data_dir"))
+        registry.parquet_files(registry.query_source(str(tmp_path / "data_dir")))
     assert "\n" not in str(e.value)
 
 
@@ -566,7 +569,7 @@ def test_a_folder_of_different_schemas_is_one_line(tmp_path):
     write_parquet(tmp_path / "d" / "train" / "0001.parquet", 3, column="body")
     with pytest.raises(UserError, match=r"holds files of different schemas \(0000.parquet: text string; 0001.parquet: "
                                         r"body string\); pass a folder of one dataset's split"):
-        registry.parquet_files(str(tmp_path / "d"))
+        registry.parquet_files(registry.query_source(str(tmp_path / "d")))
 
 
 def test_a_folder_sampler_reads_only_the_train_rows(tokenizer, tmp_path):

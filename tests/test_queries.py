@@ -11,7 +11,7 @@ import torch
 
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.queries import QuerySampler, format_queries, make_query_sampler, process_query
+from lm_human_preference_details.queries import QuerySampler, format_queries, make_query_sampler, process_query, query_source
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.tasks import TaskHParams
 
@@ -112,7 +112,7 @@ PASSAGES = [
 
 
 def _sampler(tokenizer, dataset, **kw):
-    args = dict(dataset=str(dataset), query_length=8, start_text=".", end_text=".", batch_size=3)
+    args = dict(source=query_source(str(dataset)), query_length=8, start_text=".", end_text=".", batch_size=3)
     return QuerySampler(tokenizer, **{**args, **kw})
 
 

@@ -14,7 +14,7 @@ from test_hf_queries import write_tldr_zip
 
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import last_real_indices
-from lm_human_preference_details.queries import QuerySampler, check_query_dataset
+from lm_human_preference_details.queries import QuerySampler, check_query_dataset, query_source
 from lm_human_preference_details.queries.samplers import HFQuerySampler
 from lm_human_preference_details.queries.text_files import read_local_texts
 
@@ -52,27 +52,27 @@ def test_a_file_that_is_not_utf8_is_one_line_naming_the_line_and_byte(query_file
 def test_an_empty_text_is_refused_up_front_naming_it(query_files):
     with pytest.raises(UserError, match=r"text 2 of query dataset .*empty.jsonl \(blank lines not counted\) is an empty "
                                         r"text, a query of pads only"):
-        check_query_dataset(str(query_files / "empty.jsonl"), query_length=8, labels_source=None)
+        check_query_dataset(query_source(str(query_files / "empty.jsonl")), query_length=8, labels_source=None)
     # with a start or end text the original skips it (A4): nothing to refuse
-    check_query_dataset(str(query_files / "empty.jsonl"), query_length=8, labels_source=None, start_text=".",
+    check_query_dataset(query_source(str(query_files / "empty.jsonl")), query_length=8, labels_source=None, start_text=".",
                         end_text=".")
     with pytest.raises(UserError, match=r"empty-row.parquet: row 2 of column 'text' is an empty text, a query of pads "
                                         r"only, which the original's model cannot read"):
-        check_query_dataset(str(query_files / "empty-row.parquet"), query_length=8, labels_source=None)
+        check_query_dataset(query_source(str(query_files / "empty-row.parquet")), query_length=8, labels_source=None)
     with pytest.raises(UserError, match=r"null-row.parquet: row 1 of column 'text' is null, not a text; drop that row"):
-        check_query_dataset(str(query_files / "null-row.parquet"), query_length=8, labels_source=None)
+        check_query_dataset(query_source(str(query_files / "null-row.parquet")), query_length=8, labels_source=None)
 
 
 def test_an_empty_text_drawn_is_one_line_naming_it(tokenizer, query_files, tmp_path):
     """Sources read only once the run has started stop at the row, as the original did, in one line."""
     lines = [json.dumps({"summary": "s", "content": "c", "body": body}).encode() for body in ("a body.", "")]
     archive = write_tldr_zip(tmp_path / "corpus-webis-tldr-17.zip", lines)
-    sampler = HFQuerySampler(tokenizer, dataset=str(archive), query_length=8, batch_size=2, seed=0, world_size=1,
+    sampler = HFQuerySampler(tokenizer, source=query_source(str(archive)), query_length=8, batch_size=2, seed=0, world_size=1,
                              cache_dir=tmp_path / "cache", datasets_cache_dir=tmp_path / "ds")
     with pytest.raises(UserError, match=r"row 1 of column 'body' is an empty text, a query of pads only") as e:
         next(sampler)  # both rows in the first batch
     assert "\n" not in str(e.value)
-    texts = QuerySampler(tokenizer, dataset=str(query_files / "empty.jsonl"), query_length=8, start_text=None,
+    texts = QuerySampler(tokenizer, source=query_source(str(query_files / "empty.jsonl")), query_length=8, start_text=None,
                          end_text=None, batch_size=2)
     with pytest.raises(UserError, match=r"a text of query dataset .*empty.jsonl \(train\) is an empty text"):
         next(texts)

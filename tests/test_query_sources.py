@@ -16,7 +16,7 @@ import torch
 
 from lm_human_preference_details.queries import make_query_sampler, query_source
 from lm_human_preference_details.queries.registry import SOURCES, check_query_dataset
-from lm_human_preference_details.queries.source import TextSource
+from lm_human_preference_details.queries.samplers import TextSource
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.tasks import TaskHParams
 
@@ -39,7 +39,7 @@ def toy_source(monkeypatch):
 def test_a_registered_toy_source_is_sampled_like_every_2019_source(tokenizer, toy_source):
     task = TaskHParams(query_dataset="greetings", query_length=12).resolved()
     assert (task.start_text, task.end_text) == (".", ".")  # the source's own defaults (A4)
-    check_query_dataset("greetings", query_length=12, labels_source=None)  # known to the checks too
+    check_query_dataset(task.source, query_length=12, labels_source=None)  # known to the checks too
     sampler = make_query_sampler(tokenizer, task, batch_size=4, seed=1, num_ranks=2)
     batches = torch.cat([next(sampler) for _ in range(3)])  # [12, 12]: 12 items of a 10-text source, repeated
     # naive: one seed-0 shuffle, each text cut after its first '.' and up to its last '.', right-padded;
@@ -128,7 +128,9 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_the_subpackage_imports_downwards_only_and_at_module_top():
     graph = import_graph()
     queries = {m for m in graph if m.startswith("queries.")}
-    assert graph["queries.samplers"] >= {"queries.registry", "queries.batches", "queries.streams"}  # really read
+    # really read: the registry's lines are made of the kinds, each defined beside its sampler
+    assert graph["queries.registry"] >= {"queries.samplers"}
+    assert graph["queries.samplers"] >= {"queries.source", "queries.batches", "queries.streams"}
     assert "queries.__init__" in graph["sample"] and "queries.registry" in graph["tasks"]
     for module in queries:
         assert module not in reachable(graph, module), f"{module} is part of an import cycle"
@@ -162,7 +164,7 @@ def test_following_the_flag_to_a_batch_enters_each_module_once(tokenizer, tmp_pa
         sys.setprofile(profile)
         try:
             task = TaskHParams(query_dataset=str(dataset), query_length=6).resolved()
-            check_query_dataset(task.query_dataset, query_length=6, labels_source=None, start_text=task.start_text,
+            check_query_dataset(task.source, query_length=6, labels_source=None, start_text=task.start_text,
                                 end_text=task.end_text)
             next(make_query_sampler(tokenizer, task, batch_size=4, seed=1, num_ranks=2, shuffle_seed=0))
         finally:

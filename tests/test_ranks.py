@@ -86,7 +86,7 @@ def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
     task = TaskHParams(query_dataset=str(assets / "queries.txt"), start_text=".", end_text=".")
     batch = next(make_query_sampler(tokenizer, task, batch_size=12, seed=0, num_ranks=4, ranks=[1, 3]))  # [6, 64]
     for i, r in enumerate([1, 3]):
-        alone = QuerySampler(tokenizer, dataset=task.query_dataset, query_length=task.query_length, start_text=".",
+        alone = QuerySampler(tokenizer, source=task.source, query_length=task.query_length, start_text=".",
                              end_text=".", batch_size=12, seed=0, num_ranks=4, ranks=[r])
         assert torch.equal(batch[3 * i : 3 * i + 3], next(alone))
 

@@ -102,7 +102,7 @@ def test_reward_training_logs_and_anneals(reward_run):
 
 def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
     from lm_human_preference_details.model import Policy, load_lm, load_model_dir
-    from lm_human_preference_details.queries import QuerySampler, format_queries
+    from lm_human_preference_details.queries import QuerySampler, format_queries, query_source
 
     model, tokenizer, hparams = load_model_dir(reward_run / "reward_model", "reward")
     assert hparams["task"]["query_length"] == 64 and hparams["seed"] == 3
@@ -110,7 +110,7 @@ def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
     # D7: rewards of fresh samples from the initial policy have mean ~0 and std ~1
     torch.manual_seed(123)
     policy = Policy(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id, 0.7)
-    sampler = QuerySampler(tokenizer, dataset=str(assets / "queries.txt"), query_length=64, start_text=".",
+    sampler = QuerySampler(tokenizer, source=query_source(str(assets / "queries.txt")), query_length=64, start_text=".",
                            end_text=".", batch_size=128, seed=5)
     rewards = []
     with torch.no_grad():

@@ -1,12 +1,11 @@
-"""Query processing and batching (FIDELITY A1 plain-text tokens, A4 query processing, A5 query formatting, E9 per-rank seeds):
-what every query sampler shares.
+"""Query processing and batching (FIDELITY A1 plain-text tokens, A4 query processing, A5 query formatting, E9
+per-rank seeds): what every query sampler shares.
 
 `process_query` is the 2019 pipeline's processing (A4 query processing), `encode_queries` the baseline's
-(tokens[:query_length],
-right-padded), `format_queries` puts the task's prefix and suffix around a batch (A5 query formatting). `RankBatches` is the
-one
-interface of a query sampler: an infinite iterator of [len(ranks) * b, query_length] batches, b = batch_size /
-num_ranks, block i being emulated rank ranks[i]'s next b queries; its sizes are checked here, once, for every source.
+(tokens[:query_length], right-padded), `format_queries` puts the task's prefix and suffix around a batch (A5 query
+formatting). `RankBatches` is the one interface of a query sampler: an infinite iterator of
+[len(ranks) * b, query_length] batches, b = batch_size / num_ranks, block i being emulated rank ranks[i]'s next b
+queries; its sizes are checked here, once, for every source.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from lm_human_preference_details.tokenizer import encode_plain
 
 def process_query(tokens: list[int], *, query_length: int, start_token: int | None, end_token: int | None,
                   pad_id: int) -> list[int] | None:
-    """FIDELITY A4 query processing: cut after the first start token, truncate, cut after the last end token, right-pad; None =
-    skip."""
+    """FIDELITY A4 query processing: cut after the first start token, truncate, cut after the last end token,
+    right-pad; None = skip."""
     # OAI lm_human_preferences/language/datasets.py: Dataset.tf_dataset._generator
     if start_token is not None:
         if start_token not in tokens:

@@ -30,6 +30,7 @@ def check_row_count(where: str, rows: int, expected: int | None, fix: str) -> No
 
 def parquet_rows(file) -> int:
     """Rows of a parquet file (a path or an open file), read from its footer alone."""
+    # pyarrow takes about a second to import: only a run that reads parquet pays it
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(file).metadata.num_rows
@@ -44,6 +45,7 @@ class TextColumn:
     @classmethod
     def from_parquet(cls, files: Sequence[Path], column: str, *, cache_dir: str | os.PathLike | None = None) -> TextColumn:
         """The column of parquet ``files`` (one schema), converted once into `datasets`' Arrow cache."""
+        # `datasets` takes seconds to import: only a run that reads a column pays it
         import datasets
 
         try:
@@ -55,6 +57,7 @@ class TextColumn:
     @classmethod
     def from_arrow(cls, path: Path, column: str) -> TextColumn:
         """The column of an Arrow stream file (`tldr17.archive_table`), memory-mapped."""
+        # `datasets` takes seconds to import: only a run that reads a column pays it
         import datasets
 
         try:

@@ -13,6 +13,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
+from huggingface_hub import constants
+
 from lm_human_preference_details import downloads
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.columns import check_row_count, parquet_rows
@@ -29,8 +31,6 @@ SPLIT_NAME = r"(?:partial-)?(?:train|test|validation|valid|val|dev)"
 
 def hub_offline() -> bool:
     """Whether only the Hugging Face cache may be read: HF_HUB_OFFLINE=1, or a Hub that does not answer at all."""
-    from huggingface_hub import constants
-
     return bool(constants.HF_HUB_OFFLINE) or not downloads.hub_reachable()
 
 
@@ -59,6 +59,7 @@ def _local_fix(source: ParquetExport) -> str:
 def check_hub_export(source: ParquetExport) -> list[str]:
     """Before any download: the export's train files, listed by the Hub's API, and their rows, read from the parquet
     footers by range requests; one line for a partial, missing or resized export. Returns the files to download."""
+    # huggingface_hub's API takes about a second to import: only a download pays it
     from huggingface_hub import HfApi, HfFileSystem
     from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -97,6 +98,7 @@ def _hub_advice(source: ParquetExport) -> str:
 def export_files(source: ParquetExport, *, hub_cache_dir: str | os.PathLike | None = None) -> list[Path]:
     """The train files of ``source``'s parquet export in the Hugging Face cache, checked (`check_hub_export`) and
     downloaded once; with HF_HUB_OFFLINE=1 (or no Hub) the cached copy, checked the same way from its own footers."""
+    # huggingface_hub's API takes about a second to import: only a download pays it
     from huggingface_hub import snapshot_download
 
     offline = hub_offline()
@@ -117,8 +119,9 @@ def export_files(source: ParquetExport, *, hub_cache_dir: str | os.PathLike | No
 
 # ---------------------------------------------------------------------------------------------- local parquet
 def is_parquet(path: Path) -> bool:
-    """A local .parquet file, or a folder holding .parquet files."""
-    return (path.is_file() and path.suffix == ".parquet") or (path.is_dir() and any(path.rglob("*.parquet")))
+    """Whether a local parquet source's path (a .parquet name, or a folder of them: `registry.query_source`) is there:
+    a file, or a folder holding .parquet files."""
+    return path.is_file() or (path.is_dir() and any(path.rglob("*.parquet")))
 
 
 def split_of(relative: PurePosixPath) -> str | None:
@@ -134,6 +137,7 @@ def split_of(relative: PurePosixPath) -> str | None:
 def local_parquet_files(path: Path, split: str = "train") -> list[Path]:
     """The files of a local .parquet file or folder that hold ``split``, in row order (sorted names). A folder's
     files are told apart by `split_of`; mixed splits and files of different schemas end in one line."""
+    # pyarrow takes about a second to import: only a run that reads parquet pays it
     import pyarrow.parquet as pq
 
     if path.is_file():
@@ -177,6 +181,7 @@ def _columns(schema) -> str:
 
 def check_parquet_column(files: Sequence[Path], column: str) -> None:
     """A one-line UserError unless the parquet ``files`` (of one schema) have a string column ``column``."""
+    # pyarrow takes about a second to import: only a run that reads parquet pays it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -193,6 +198,7 @@ def check_parquet_column(files: Sequence[Path], column: str) -> None:
 def first_row_without_text(files: Sequence[Path], column: str) -> tuple[int, str] | None:
     """The first row of the parquet ``files`` (in order) whose ``column`` is null or an empty text, and which of the
     two; None when every row holds text. Reads that one column, a batch at a time."""
+    # pyarrow takes about a second to import: only a run that reads parquet pays it
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 

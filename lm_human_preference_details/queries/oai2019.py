@@ -1,4 +1,5 @@
-"""OpenAI's 2019 query sources (FIDELITY A3 query sources): books-2019, tldr-2019, cnndm and the queries inside label files.
+"""OpenAI's 2019 query sources (FIDELITY A3 query sources): books-2019, tldr-2019, cnndm and the queries inside label
+files.
 
 Each is a generator of texts (or, for the label files, of ready token lists) for one mode ('train' or 'test'),
 shuffled once with a seeded `random.Random` exactly as the original's `random.seed(seed); random.shuffle(...)`;
@@ -15,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import ftfy
+
 from lm_human_preference_details import files
 from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
 from lm_human_preference_details.errors import UserError
@@ -30,8 +33,6 @@ from lm_human_preference_details.queries.text_files import local_texts
 # ------------------------------------------------------------------------------------------ text cleaning
 def clean_tldr(content: str) -> str:
     """A Reddit post's text as the original feeds it: ftfy-fixed, 3+ newlines -> 2, stripped."""
-    import ftfy
-
     # OAI lm_human_preferences/datasets/tldr.py: tldr_generator
     return re.sub(r"\n{3,}", "\n\n", ftfy.fix_text(content)).strip()
 
@@ -51,8 +52,6 @@ def cnndm_clean_up_start(text: str) -> str:
 
 def clean_cnndm(story: str) -> str:
     """A .story file's article as the original feeds it: clean start, ftfy, 3+ newlines -> 2, text before @highlight."""
-    import ftfy
-
     # OAI lm_human_preferences/datasets/cnndm.py: cnndm_generator
     text = ftfy.fix_text(cnndm_clean_up_start(story))
     return re.sub(r"\n{3,}", "\n\n", text).split("@highlight")[0].strip()
@@ -159,6 +158,7 @@ def iter_book_passages(sentences: Iterable[str], *, min_chars: int) -> Iterator[
 
 def _bookcorpus_sentences() -> Iterator[str]:
     """The `bookcorpus` sentences in the dataset's order, from the Hub's parquet export (the baseline's download)."""
+    # pyarrow takes about a second to import: only a run that reads parquet pays it
     import pyarrow.parquet as pq
 
     # the old loading script no longer runs with current `datasets`; hub.export_files says what to do offline

@@ -1,8 +1,9 @@
 """The names `--task.query-dataset` takes, and what a local path means: the one place a value's kind is decided.
 
 As in the original's datasets.py, a source is a function (or a class) and a line: `SOURCES[name] = ...` for a name,
-`FILE_TYPES[suffix] = ...` for a local file. `query_source` turns a value into its `QuerySource` once; every other
-place reads that value. `check_query_dataset` checks a run's flags against it before anything is written.
+`FILE_TYPES[suffix] = ...` for a local file. `query_source` turns a value into its `QuerySource` once (its one
+caller: `tasks.TaskHParams.source`); every other place reads that value. `check_query_dataset` checks a run's flags
+against it before anything is written.
 Adding a source: docs/data-sources.md.
 """
 
@@ -30,9 +31,10 @@ from lm_human_preference_details.queries.oai2019 import (
     label_queries,
     tldr_texts,
 )
-from lm_human_preference_details.queries.source import ColumnSource, ParquetExport, QuerySource, Request, TextSource
+from lm_human_preference_details.queries.samplers import ColumnSource, TextSource
+from lm_human_preference_details.queries.source import QuerySource, Request
 from lm_human_preference_details.queries.text_files import local_texts, read_local_texts
-from lm_human_preference_details.queries.tldr17 import TLDR, TLDR_FIELDS, read_archive
+from lm_human_preference_details.queries.tldr17 import TLDR, TLDR_FIELDS, read_hub_archive, read_local_archive
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer, single_token
 
 
@@ -48,7 +50,10 @@ def read_parquet(source: ColumnSource, column: str, *, cache_dir: str | os.PathL
 
 
 def read_text_file(request: Request) -> Iterator[str]:
-    """The texts of a local .jsonl/.txt query file, shuffled once with the request's seed."""
+    """The texts of a local .jsonl/.txt query file, shuffled once with the request's seed; a missing file is one line
+    at once."""
+    if not request.source.path.is_file():
+        raise UserError(unknown_dataset(request.source.name))
     return local_texts(request.source.path, request.mode, request.seed)
 
 
@@ -57,7 +62,7 @@ SOURCES: dict[str, QuerySource] = {
     # the public baseline's, shuffled per rank: OAI fork lm_human_preferences/oaidatasets/books.py, tldr.py
     "bookcorpus": ColumnSource(read=read_parquet, hub=BOOKCORPUS, column=BOOKCORPUS.column, fields=(BOOKCORPUS.column,),
                                num_rows=BOOKCORPUS.num_rows),
-    "tldr-17": ColumnSource(read=read_archive, hub=TLDR, column=TLDR.column, fields=TLDR_FIELDS, num_rows=TLDR.num_rows),
+    "tldr-17": ColumnSource(read=read_hub_archive, hub=TLDR, column=TLDR.column, fields=TLDR_FIELDS, num_rows=TLDR.num_rows),
     # OpenAI's 2019 pipeline: OAI lm_human_preferences/datasets/books.py, tldr.py, cnndm.py; launch.py's start/end
     "books-2019": TextSource(items=lambda r: books_texts(r.mode, r.seed, query_length=r.query_length),
                              start_text=".", end_text="."),
@@ -89,8 +94,8 @@ def check_local_parquet(request: Request) -> None:
 
 def check_text_file(request: Request) -> None:
     """A local .jsonl/.txt query file: it exists, reads as UTF-8 in its format, and gives at least one usable query
-    (FIDELITY A4 query processing) with the run's start and end text; an empty text that would be a query is refused, naming
-    it."""
+    (FIDELITY A4 query processing) with the run's start and end text; an empty text that would be a query is refused,
+    naming it."""
     source = request.source
     if not source.path.is_file():
         raise UserError(unknown_dataset(source.name))
@@ -109,9 +114,8 @@ def check_text_file(request: Request) -> None:
 
 
 def has_usable_query(request: Request, texts: list[str]) -> bool:
-    """Whether a text of ``texts`` survives the run's query processing (A4 query processing), encoded with the base model's
-    tokenizer;
-    stops at the first that does."""
+    """Whether a text of ``texts`` survives the run's query processing (A4 query processing), encoded with the base
+    model's tokenizer; stops at the first that does."""
     tokenizer = load_tokenizer(request.base_model)
     start = None if request.start_text is None else single_token(tokenizer, request.start_text, "--task.start-text")
     end = None if request.end_text is None else single_token(tokenizer, request.end_text, "--task.end-text")
@@ -126,7 +130,7 @@ def has_usable_query(request: Request, texts: list[str]) -> bool:
 # a local path, by its suffix; a folder holding .parquet files reads as ".parquet"
 FILE_TYPES: dict[str, QuerySource] = {
     ".parquet": ColumnSource(read=read_parquet, check=check_local_parquet),
-    ".zip": ColumnSource(read=read_archive, column=TLDR.column, fields=TLDR_FIELDS, check=check_file),
+    ".zip": ColumnSource(read=read_local_archive, column=TLDR.column, fields=TLDR_FIELDS, check=check_file),
     # OAI launch.py books_task: start_text = end_text = '.' for OpenAI's book passages, the rule a local file of
     # passages follows too
     ".jsonl": TextSource(items=read_text_file, start_text=".", end_text=".", check=check_text_file),
@@ -161,49 +165,37 @@ def not_parquet(name: str) -> str:
             ".parquet files (nor a .zip copy of tldr-17's corpus)")
 
 
-def parquet_files(dataset: str | QuerySource, *, split: str = "train",
+def parquet_files(source: QuerySource, *, split: str = "train",
                   hub_cache_dir: str | os.PathLike | None = None) -> list[Path]:
-    """The parquet files of ``dataset`` in row order: a local .parquet file or folder (its ``split``), or the Hub's
+    """The parquet files of ``source`` in row order: a local .parquet file or folder (its ``split``), or the Hub's
     parquet export of a registered source, checked and downloaded once (HF_HUB_OFFLINE=1 reuses it)."""
-    source = query_source(dataset) if isinstance(dataset, str) else dataset
-    if isinstance(getattr(source, "hub", None), ParquetExport):
+    if source.path is None:  # a registered name: the Hub's parquet export
         return export_files(source.hub, hub_cache_dir=hub_cache_dir)
-    if source.path is None or not is_parquet(source.path):
+    if not is_parquet(source.path):
         raise UserError(not_parquet(source.name))
     return local_parquet_files(source.path, split)
 
 
-def open_query_data(dataset: str, column: str, *, cache_dir: str | os.PathLike | None = None,
+def open_query_data(source: ColumnSource, column: str, *, cache_dir: str | os.PathLike | None = None,
                     hub_cache_dir: str | os.PathLike | None = None,
                     datasets_cache_dir: str | os.PathLike | None = None) -> TextColumn:
-    """The text column ``column`` of ``dataset`` (a source of the baseline's pipeline), every check done before
+    """The text column ``column`` of ``source`` (a source of the baseline's pipeline), every check done before
     anything large is read; rows counted where known."""
-    source = query_source(dataset)
-    if not isinstance(source, ColumnSource):
-        raise UserError(not_parquet(source.name))
-    check_column(source, column)
+    source.check_column(column)
     return source.read(source, column, cache_dir=cache_dir, hub_cache_dir=hub_cache_dir,
                        datasets_cache_dir=datasets_cache_dir)
 
 
-def check_column(source: ColumnSource, column: str) -> None:
-    """A one-line UserError when ``column`` cannot be a text column of ``source`` (a local parquet's columns are
-    checked once its files are found)."""
-    if source.fields is not None and column not in source.fields:
-        raise UserError(f"--task.query-column {column!r} is not a field of {source.name} (its fields: "
-                        f"{', '.join(source.fields)}); the baseline read {source.column!r}: pass --task.query-column "
-                        f"{source.column}")
-
-
-def check_query_dataset(dataset: str, *, query_length: int, labels_source: str | None, column: str = "text",
+def check_query_dataset(source: QuerySource, *, query_length: int, labels_source: str | None, column: str = "text",
                         start_text: str | None = None, end_text: str | None = None,
                         base_model: str | None = None) -> None:
     """--task.query-dataset read as the run will read it, before anything is written: a registered name, a local
     .jsonl/.txt file of texts (with ``base_model``: one usable query at least), a .parquet file or folder with a text
-    ``column``, a .zip copy of tldr-17's corpus; for oai-label-queries, the label file's queries (when it is on disk)."""
-    source = query_source(dataset)
-    if isinstance(source, ColumnSource):
-        check_column(source, column)  # a baseline source's fields, or the tldr-17 archive's
+    ``column``, a .zip copy of tldr-17's corpus; for oai-label-queries, the label file's queries (when it is on disk).
+    The source's own checks first (`QuerySource.check_request`: a baseline source's fields, or the tldr-17 archive's),
+    then those of what it reads (`QuerySource.check`)."""
+    request = Request(source, query_length=query_length, labels_source=labels_source, column=column,
+                      start_text=start_text, end_text=end_text, base_model=base_model)
+    source.check_request(request)
     if source.check is not None:
-        source.check(Request(source, query_length=query_length, labels_source=labels_source, column=column,
-                             start_text=start_text, end_text=end_text, base_model=base_model))
+        source.check(request)

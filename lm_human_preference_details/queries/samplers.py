@@ -1,20 +1,21 @@
-"""The two query samplers, one per pipeline, behind `make_query_sampler` (FIDELITY A3 query sources, A4 query processing, E9
-per-rank seeds).
+"""The two kinds of query source and their samplers, one per pipeline, behind `make_query_sampler` (FIDELITY A3 query
+sources, A4 query processing, E9 per-rank seeds).
 
-`HFQuerySampler` is the public baseline's: the fork ran OpenAI's TF code on 8 MPI ranks, each of which loaded the
-whole `train` split, shuffled it with `Dataset.shuffle(seed + r * 100003)`, repeated it forever and kept the items
-r, r + 8, r + 16, ... (`tf.data` `repeat()` then `shard(8, r)`), with no start/end text: tokens[:query_length],
-right-padded. `QuerySampler` is the 2019 pipeline's: the source shuffled once, each text processed (A4 query processing), the
-stream
-repeated and sharded across the ranks. Both give the `RankBatches` interface; `ResumableBatches` counts the batches
-drawn, so that a resumed run fast-forwards to the same point.
+`ColumnSource` makes `HFQuerySampler`'s batches, the public baseline's: the fork ran OpenAI's TF code on 8 MPI
+ranks, each of which loaded the whole `train` split, shuffled it with `Dataset.shuffle(seed + r * 100003)`, repeated
+it forever and kept the items r, r + 8, r + 16, ... (`tf.data` `repeat()` then `shard(8, r)`), with no start/end
+text: tokens[:query_length], right-padded. `TextSource` makes `QuerySampler`'s, the 2019 pipeline's: the source
+shuffled once, each text processed (A4 query processing), the stream repeated and sharded across the ranks. Both
+give the `RankBatches` interface; `ResumableBatches` counts the batches drawn, so that a resumed run fast-forwards to
+the same point.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,32 +27,90 @@ from lm_human_preference_details.queries.batches import (
     encode_queries,
     process_query,
 )
-from lm_human_preference_details.queries.registry import check_column, not_parquet, query_source, unknown_dataset
-from lm_human_preference_details.queries.source import ColumnSource, QuerySource, Request, TextSource
+from lm_human_preference_details.queries.columns import TextColumn
+from lm_human_preference_details.queries.source import CorpusArchive, ParquetExport, QuerySource, Request
 from lm_human_preference_details.queries.streams import DEFAULT_WINDOW, RankStream
 from lm_human_preference_details.tokenizer import encode_plain, single_token
+
+
+@dataclass(frozen=True)
+class ColumnSource(QuerySource):
+    """The baseline's pipeline: a text column, shuffled per rank (`HFQuerySampler`)."""
+
+    read: Optional[Callable[..., TextColumn]] = None  # (source, column, *, cache_dir, hub_cache_dir, datasets_cache_dir)
+    column: str = "text"  # the column the baseline read, the default of --task.query-column
+    fields: Optional[tuple[str, ...]] = None  # every column, when known before anything is read
+    num_rows: Optional[int] = None  # rows the baseline shuffled: another count is refused
+    hub: ParquetExport | CorpusArchive | None = None  # where a Hugging Face dataset of the baseline comes from
+    modes: ClassVar[tuple[str, ...]] = ("train",)
+    shuffled_per_rank: ClassVar[bool] = True
+
+    def check_mode(self, mode: str) -> None:
+        if mode not in self.modes:
+            raise UserError(f"query dataset {self.name} has only a train split (the baseline never read another); "
+                            "use the train split (sample.py --query-mode train) or books-2019 for held-out queries")
+
+    def check_processing(self, start_text: str | None, end_text: str | None) -> None:
+        if start_text is not None or end_text is not None:
+            raise UserError("the baseline's Hugging Face query streams use no start/end text (fork commit cbdfd00); "
+                            "set --task.start-text and --task.end-text to None")
+
+    def check_request(self, request: Request) -> None:
+        """--task.query-column: a field of the source where its fields are known (a local parquet's columns are
+        checked once its files are found)."""
+        self.check_column(request.column)
+
+    def check_column(self, column: str) -> None:
+        if self.fields is not None and column not in self.fields:
+            raise UserError(f"--task.query-column {column!r} is not a field of {self.name} (its fields: "
+                            f"{', '.join(self.fields)}); the baseline read {self.column!r}: pass --task.query-column "
+                            f"{self.column}")
+
+    def batches(self, tokenizer, request: Request, *, batch_size: int, num_ranks: int,
+                ranks: Sequence[int] | None) -> RankBatches:
+        """Rank r shuffles with the run's seed + r * 100003, then takes shard r (text column ``request.column``)."""
+        self.check_mode(request.mode)
+        return HFQuerySampler(tokenizer, source=self, query_length=request.query_length, batch_size=batch_size,
+                              seed=request.run_seed, world_size=num_ranks, ranks=ranks, column=request.column,
+                              start_text=request.start_text, end_text=request.end_text)
+
+
+@dataclass(frozen=True)
+class TextSource(QuerySource):
+    """OpenAI's 2019 pipeline: one pass over texts or token lists in a seeded order (`QuerySampler`)."""
+
+    items: Optional[Callable[[Request], Iterable[Any]]] = None  # texts, or processed token lists, in shuffled order
+    needs_labels: bool = False  # its queries come from the label file (--labels.source)
+
+    def check_request(self, request: Request) -> None:
+        """A source that reads the label file's queries needs --labels.source."""
+        if self.needs_labels and request.labels_source is None:
+            raise UserError(f"query dataset {self.name} needs a label file; pass --labels.source")
+
+    def batches(self, tokenizer, request: Request, *, batch_size: int, num_ranks: int,
+                ranks: Sequence[int] | None) -> RankBatches:
+        """One shuffle with ``request.seed`` (the original's tf_dataset default 0, whatever the run seed), then
+        shard r."""
+        return QuerySampler(tokenizer, source=self, query_length=request.query_length, start_text=request.start_text,
+                            end_text=request.end_text, batch_size=batch_size, mode=request.mode, seed=request.seed,
+                            num_ranks=num_ranks, ranks=ranks, labels_source=request.labels_source)
 
 
 class HFQuerySampler(RankBatches):
     """The baseline's query batches: block i is emulated rank ranks[i]'s next b queries of its own shuffled stream,
     as the baseline's rank drew them (default: all ranks); b = batch_size / world_size."""
 
-    def __init__(self, tokenizer, *, dataset: str | QuerySource, query_length: int, batch_size: int, seed: int,
+    def __init__(self, tokenizer, *, source: ColumnSource, query_length: int, batch_size: int, seed: int,
                  world_size: int = 8, ranks: Sequence[int] | None = None, column: str | None = None,
                  start_text: str | None = None, end_text: str | None = None, window: int = DEFAULT_WINDOW,
                  cache_dir: str | os.PathLike | None = None, hub_cache_dir: str | os.PathLike | None = None,
                  datasets_cache_dir: str | os.PathLike | None = None):
         """``column``: the text column (--task.query-column); None: the one the baseline read (`ColumnSource.column`:
         `text` of bookcorpus and of a local parquet, `body` of tldr-17 and of a .zip copy of its corpus)."""
-        if start_text is not None or end_text is not None:
-            raise UserError("the baseline's Hugging Face query streams use no start/end text (fork commit cbdfd00); "
-                            "set --task.start-text and --task.end-text to None")
+        source.check_processing(start_text, end_text)
         super().__init__(batch_size=batch_size, query_length=query_length, num_ranks=world_size, ranks=ranks)
-        source = query_source(dataset) if isinstance(dataset, str) else dataset
-        if not isinstance(source, ColumnSource):
-            raise UserError(not_parquet(source.name))
         column = source.column if column is None else column
-        check_column(source, column)
+        source.check_column(column)
         self.data = source.read(source, column, cache_dir=cache_dir, hub_cache_dir=hub_cache_dir,
                                 datasets_cache_dir=datasets_cache_dir)
         self.tokenizer, self.world_size = tokenizer, world_size
@@ -93,29 +152,23 @@ class QuerySampler(RankBatches):
     """The 2019 pipeline's query batches for the emulated ranks ``ranks`` of ``num_ranks``.
 
     The source is shuffled once with ``seed``, processed (A4 query processing), repeated, and rank r's stream is its shard r
-    (items
-    r, r + num_ranks, ...), as every rank of the original did with seed 0. Each batch holds one block of
+, as every rank of the original did with seed 0. Each batch holds one block of
     b = batch_size / num_ranks queries per rank of ``ranks``, in that order: [len(ranks) * b, query_length].
     """
 
-    def __init__(self, tokenizer, *, dataset: str | QuerySource, query_length: int, start_text: str | None,
+    def __init__(self, tokenizer, *, source: TextSource, query_length: int, start_text: str | None,
                  end_text: str | None, batch_size: int, mode: str = "train", seed: int = 0, num_ranks: int = 1,
                  ranks: Sequence[int] | None = None, labels_source: str | None = None):
-        if mode not in ("train", "test"):
-            raise UserError(f"query mode must be 'train' or 'test', got {mode!r}")
+        source.check_mode(mode)
         super().__init__(batch_size=batch_size, query_length=query_length, num_ranks=num_ranks, ranks=ranks)
-        source = query_source(dataset) if isinstance(dataset, str) else dataset
-        if isinstance(source, TextSource) and source.needs_labels and labels_source is None:
-            raise UserError(f"query dataset {source.name} needs a label file; pass --labels.source")
-        if not isinstance(source, TextSource) or (source.path is not None and not source.path.is_file()):
-            raise UserError(unknown_dataset(source.name))
+        source.check_request(Request(source, mode=mode, labels_source=labels_source))
         self.tokenizer, self.source, self.mode, self.seed = tokenizer, source, mode, seed
         self.labels_source = labels_source
         self.pad_id: int = tokenizer.pad_token_id
         self.start_token = None if start_text is None else single_token(tokenizer, start_text, "--task.start-text")
         self.end_token = None if end_text is None else single_token(tokenizer, end_text, "--task.end-text")
         self.pass_size: int | None = None  # usable queries in one pass over the source, once a pass has ended
-        self._queries = self._repeated_queries()
+        self._queries = self._repeated_queries(self._items())  # the first pass opened now: a missing file is one line
 
     def queries_per_pass(self) -> int | None:
         """The usable queries of one pass over the source, once the stream went past its end (None before)."""
@@ -126,11 +179,13 @@ class QuerySampler(RankBatches):
         return iter(self.source.items(Request(self.source, mode=self.mode, seed=self.seed, query_length=self.query_length,
                                               pad_id=self.pad_id, labels_source=self.labels_source)))
 
-    def _repeated_queries(self) -> Iterator[list[int]]:
-        """Processed queries, the dataset repeated forever in the same seeded order (tf `repeat()`)."""
+    def _repeated_queries(self, first: Iterator[str | list[int]]) -> Iterator[list[int]]:
+        """Processed queries, the dataset repeated forever in the same seeded order (tf `repeat()`), from the pass
+        ``first`` on."""
+        items = first
         while True:
             usable = 0
-            for item in self._items():
+            for item in items:
                 if isinstance(item, list):  # already-processed label queries
                     query = item
                 else:
@@ -152,6 +207,7 @@ class QuerySampler(RankBatches):
                                 f"{self.query_length} tokens, the end token {self.end_token}; "
                                 "check --task.start-text / --task.end-text")
             self.pass_size = usable
+            items = self._items()
 
     def __next__(self) -> torch.Tensor:
         """The next batch: rank r's block is its next b items, i.e. items r, r + R, ... of the next R * b."""
@@ -169,27 +225,16 @@ def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks
     """The query batches of ``task`` (a TaskHParams) for the emulated ranks ``ranks`` (default all of num_ranks).
 
     ``next()`` gives [len(ranks) * batch_size / num_ranks, query_length]: block i is rank ranks[i]'s next
-    batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9 per-rank seeds), whatever the source:
-    - the baseline's sources (bookcorpus, tldr-17, a local .parquet or tldr-17 .zip; text column task.query_column):
-      rank r shuffles with ``seed`` + r * 100003, then takes shard r (`HFQuerySampler`);
-    - the 2019 sources (books-2019, tldr-2019, cnndm, oai-label-queries, a local .jsonl/.txt): one shuffle with
-      ``shuffle_seed`` (the original's tf_dataset default 0, whatever the run seed), then shard r (`QuerySampler`).
+    batch_size / num_ranks queries from rank ranks[i]'s own stream (FIDELITY E9 per-rank seeds). The task's source
+    makes them (`QuerySource.batches`): a baseline source shuffles per rank with ``seed`` + r * 100003
+    (`ColumnSource`), a 2019 source once with ``shuffle_seed`` (`TextSource`).
     The sampler counts its batches, so that a resumed run fast-forwards it to where it stood (checkpoint.py).
     """
-    source = query_source(task.query_dataset)
-    if source.shuffled_per_rank:
-        if mode not in source.modes:
-            raise UserError(f"query dataset {source.name} has only a train split (the baseline never read another); "
-                            "use the train split (sample.py --query-mode train) or books-2019 for held-out queries")
-        sampler: RankBatches = HFQuerySampler(
-            tokenizer, dataset=source, query_length=task.query_length, batch_size=batch_size, seed=seed,
-            world_size=num_ranks, ranks=ranks, column=task.query_column, start_text=task.start_text,
-            end_text=task.end_text)
-    else:
-        sampler = QuerySampler(tokenizer, dataset=source, query_length=task.query_length, start_text=task.start_text,
-                               end_text=task.end_text, batch_size=batch_size, mode=mode, seed=shuffle_seed,
-                               num_ranks=num_ranks, ranks=ranks, labels_source=labels_source)
-    return ResumableBatches(sampler)
+    source = task.source
+    request = Request(source, mode=mode, seed=shuffle_seed, run_seed=seed, query_length=task.query_length,
+                      labels_source=labels_source, column=task.query_column, start_text=task.start_text,
+                      end_text=task.end_text)
+    return ResumableBatches(source.batches(tokenizer, request, batch_size=batch_size, num_ranks=num_ranks, ranks=ranks))
 
 
 class ResumableBatches:

@@ -1,11 +1,14 @@
-"""What a `--task.query-dataset` value names, as one value: a `QuerySource`, made once by `registry.query_source`.
+"""What a `--task.query-dataset` value names, as one value: a `QuerySource`, made once by `registry.query_source`
+(called by `tasks.TaskHParams.source` alone) and kept with the finalized task.
 
-Two kinds, the two pipelines (FIDELITY A3 query sources):
+A source owns what depends on its kind: its modes and start/end text (checked at flag time, `check_mode`,
+`check_processing`), its own checks of the run's flags (`check_request`, `check`), and its batches (`batches`). Two
+kinds, the two pipelines (FIDELITY A3 query sources), are defined beside their samplers (samplers.py):
 - `ColumnSource`: the public baseline's, a text column that each rank shuffles with its own seed (bookcorpus,
   tldr-17, local parquet, a local copy of tldr-17's corpus archive); train split only, no start/end text.
 - `TextSource`: OpenAI's 2019 pipeline, texts (or ready token lists) that one seeded shuffle orders and the ranks
   share (books-2019, tldr-2019, cnndm, oai-label-queries, local .jsonl/.txt); a train and a test mode.
-Every place that needs to know what a source is reads these fields; none looks at the name again.
+A new kind is one subclass with its own `batches`; nobody else asks what kind a source is.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Optional
+from typing import Callable, ClassVar, Optional, Sequence
 
-from lm_human_preference_details.queries.columns import TextColumn
+from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.queries.batches import RankBatches
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,8 @@ class Request:
 
     source: QuerySource
     mode: str = "train"
-    seed: int = 0
+    seed: int = 0  # the one shuffle of the 2019 pipeline (the original's tf_dataset default 0)
+    run_seed: int = 0  # the run's --seed, from which each rank's own shuffle derives (the baseline's sources)
     query_length: int = 64
     pad_id: Optional[int] = None
     labels_source: Optional[str] = None
@@ -59,11 +64,11 @@ class Request:
 @dataclass(frozen=True)
 class QuerySource:
     """A query source: its processing defaults (FIDELITY A4 query processing), where it lies, how the run's flags are
-    checked."""
+    checked and how its batches are made."""
 
     start_text: Optional[str] = None  # A4 query processing: the defaults: '.' for book passages (launch.py), else none
     end_text: Optional[str] = None
-    check: Optional[Callable[[Request], None]] = None  # the checks before the run starts, each one line
+    check: Optional[Callable[[Request], None]] = None  # the checks of what it reads before the run starts, each one line
     name: str = ""  # the --task.query-dataset value, filled in by `registry.query_source`
     path: Optional[Path] = None  # a local file or folder (the value, ~ expanded); None for a registered name
     modes: ClassVar[tuple[str, ...]] = ("train", "test")
@@ -73,23 +78,23 @@ class QuerySource:
         """This kind of source for the value ``name`` (a registered name, or the local file or folder ``path``)."""
         return dataclasses.replace(self, name=name, path=path)
 
+    def check_mode(self, mode: str) -> None:
+        """A one-line UserError unless the run may read this source in ``mode`` (sample.py --query-mode)."""
+        if mode not in self.modes:
+            raise UserError(f"query mode must be {' or '.join(map(repr, self.modes))}, got {mode!r}")
 
-@dataclass(frozen=True)
-class ColumnSource(QuerySource):
-    """The baseline's pipeline: a text column, shuffled per rank (`samplers.HFQuerySampler`)."""
+    def heldout_mode(self) -> str:
+        """The mode sample.py reads by default: held-out queries where the source has them."""
+        return "test" if "test" in self.modes else "train"
 
-    read: Optional[Callable[..., TextColumn]] = None  # (source, column, *, cache_dir, hub_cache_dir, datasets_cache_dir)
-    column: str = "text"  # the column the baseline read, the default of --task.query-column
-    fields: Optional[tuple[str, ...]] = None  # every column, when known before anything is read
-    num_rows: Optional[int] = None  # rows the baseline shuffled: another count is refused
-    hub: ParquetExport | CorpusArchive | None = None  # where a Hugging Face dataset of the baseline comes from
-    modes: ClassVar[tuple[str, ...]] = ("train",)
-    shuffled_per_rank: ClassVar[bool] = True
+    def check_processing(self, start_text: str | None, end_text: str | None) -> None:
+        """A one-line UserError when this source cannot take ``start_text``/``end_text`` (--task.start-text,
+        --task.end-text); any is fine by default."""
 
+    def check_request(self, request: Request) -> None:
+        """The run's flags against this kind of source, before anything is read: each failure one line."""
 
-@dataclass(frozen=True)
-class TextSource(QuerySource):
-    """OpenAI's 2019 pipeline: one pass over texts or token lists in a seeded order (`samplers.QuerySampler`)."""
-
-    items: Optional[Callable[[Request], Iterable[Any]]] = None  # texts, or processed token lists, in shuffled order
-    needs_labels: bool = False  # its queries come from the label file (--labels.source)
+    def batches(self, tokenizer, request: Request, *, batch_size: int, num_ranks: int,
+                ranks: Sequence[int] | None) -> RankBatches:
+        """The query batches of a run on this source (`samplers.make_query_sampler`)."""
+        raise NotImplementedError

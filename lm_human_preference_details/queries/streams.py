@@ -1,5 +1,5 @@
-"""Per-rank query streams (FIDELITY A3 query sources, E9 per-rank seeds): the seeded shuffles, the shard rule, a rank's window
-of rows.
+"""Per-rank query streams (FIDELITY A3 query sources, E9 per-rank seeds): the seeded shuffles, the shard rule, a
+rank's window of rows.
 
 The 2019 pipeline shuffles a source once, as `random.seed(seed); random.shuffle(...)` (`seeded_shuffle`), and
 shards the repeated stream across ranks. The public baseline's fork shuffled each rank's copy of a dataset with

@@ -12,7 +12,9 @@ import json
 import os
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
+
+from filelock import FileLock
 
 from lm_human_preference_details import files as cache_files
 from lm_human_preference_details.errors import UserError
@@ -21,7 +23,7 @@ from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries.columns import TextColumn, check_row_count
 from lm_human_preference_details.queries.columns import reason as _reason
 from lm_human_preference_details.queries.hub import hub_offline
-from lm_human_preference_details.queries.source import ColumnSource, CorpusArchive
+from lm_human_preference_details.queries.source import CorpusArchive, QuerySource
 
 # OAI fork lm_human_preferences/oaidatasets/tldr.py: load_dataset("webis/tldr-17", split=mode), data["body"];
 # the repo's data/ holds the corpus archive of Zenodo record 1043504, which the loading script read
@@ -69,6 +71,7 @@ def build_archive_table(archive: Path, dest: Path, field: str, *, expected_rows:
     """Write ``field`` of every row the loading script yields from ``archive`` to ``dest``, an Arrow stream file of one
     string column (uncompressed, so it is memory-mapped when read), atomically; returns its rows. The archive's
     rows must number ``expected_rows`` when given, else nothing is written."""
+    # pyarrow takes about a second to import: only the one run that builds the table pays it
     import pyarrow as pa
 
     schema = pa.schema([(field, pa.string())])
@@ -110,6 +113,7 @@ def _archive_advice() -> str:
 
 def hub_archive(*, hub_cache_dir: str | os.PathLike | None = None) -> Path:
     """tldr-17's corpus archive in the Hugging Face cache, downloaded once (HF_HUB_OFFLINE=1 reuses it)."""
+    # huggingface_hub's API takes about a second to import: only a download pays it
     from huggingface_hub import hf_hub_download
 
     offline = hub_offline()
@@ -124,42 +128,47 @@ def hub_archive(*, hub_cache_dir: str | os.PathLike | None = None) -> Path:
                         f"({_reason(e)}); {_archive_advice()}") from None
 
 
-def archive_table(source: ColumnSource, field: str, *, cache_dir: str | os.PathLike | None = None,
-                  hub_cache_dir: str | os.PathLike | None = None) -> Path:
-    """The Arrow file of ``field`` of tldr-17's corpus, built once from the Hub's archive (``source`` tldr-17, its row
-    count checked) or from a local copy (``source.path``, named by its JSON file's CRC-32 and size) into our cache."""
-    from filelock import FileLock
-
-    root = Path(cache_dir or cache_files.CACHE_DIR, "hf_queries")
-    archive = source.path
-    if archive is None:
-        dest = root / source.name / f"{field}.arrow"
-    else:
-        try:
-            with zipfile.ZipFile(archive) as zf:
-                info = zf.getinfo(TLDR.member)
-        except (OSError, zipfile.BadZipFile, KeyError) as e:
-            raise UserError(f"query dataset {source.name} is not a readable .zip holding {TLDR.member} ({_reason(e)}); "
-                            "pass webis-tldr-17's corpus archive") from None
-        dest = root / f"{archive.stem}-{info.CRC:08x}-{info.file_size}" / f"{field}.arrow"
+def archive_table(dest: Path, field: str, archive: Callable[[], Path], expected_rows: int | None) -> Path:
+    """``dest``, the Arrow file of ``field`` of tldr-17's corpus, built once into our cache from the archive that
+    ``archive()`` gives (called only when ``dest`` is missing), its rows checked against ``expected_rows``."""
     if dest.is_file():
         return dest
-    archive = archive or hub_archive(hub_cache_dir=hub_cache_dir)  # offline without it: one line, nothing written
+    path = archive()  # offline without it: one line, nothing written
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{dest}.lock"):  # torchrun's processes build it once, one after the other finds it
         if not dest.is_file():
-            build_archive_table(archive, dest, field, expected_rows=source.num_rows)
+            build_archive_table(path, dest, field, expected_rows=expected_rows)
     return dest
 
 
-def read_archive(source: ColumnSource, column: str, *, cache_dir: str | os.PathLike | None = None,
-                 hub_cache_dir: str | os.PathLike | None = None, datasets_cache_dir: str | os.PathLike | None = None
-                 ) -> TextColumn:
-    """The column ``column`` of tldr-17's corpus (the Hub's archive, or a local copy), its rows counted."""
-    path = archive_table(source, column, cache_dir=cache_dir, hub_cache_dir=hub_cache_dir)
+def _counted(path: Path, column: str, expected_rows: int | None) -> TextColumn:
     data = TextColumn.from_arrow(path, column)
-    check_row_count(str(path), len(data), source.num_rows, "delete it to build it again")
-    if source.path is not None and len(data) != TLDR.num_rows:
+    check_row_count(str(path), len(data), expected_rows, "delete it to build it again")
+    return data
+
+
+def read_hub_archive(source: QuerySource, column: str, *, cache_dir: str | os.PathLike | None = None,
+                     hub_cache_dir: str | os.PathLike | None = None, **_) -> TextColumn:
+    """The column ``column`` of tldr-17's corpus from the Hub's archive (downloaded once), its rows counted."""
+    dest = Path(cache_dir or cache_files.CACHE_DIR, "hf_queries", source.name, f"{column}.arrow")
+    path = archive_table(dest, column, lambda: hub_archive(hub_cache_dir=hub_cache_dir), source.num_rows)
+    return _counted(path, column, source.num_rows)
+
+
+def read_local_archive(source: QuerySource, column: str, *, cache_dir: str | os.PathLike | None = None,
+                       **_) -> TextColumn:
+    """The column ``column`` of a local copy of tldr-17's corpus archive (``source.path``), its table named by its
+    JSON file's CRC-32 and size; a count other than the loading script's is said in a note."""
+    try:
+        with zipfile.ZipFile(source.path) as zf:
+            info = zf.getinfo(TLDR.member)
+    except (OSError, zipfile.BadZipFile, KeyError) as e:
+        raise UserError(f"query dataset {source.name} is not a readable .zip holding {TLDR.member} ({_reason(e)}); "
+                        "pass webis-tldr-17's corpus archive") from None
+    dest = Path(cache_dir or cache_files.CACHE_DIR, "hf_queries",
+                f"{source.path.stem}-{info.CRC:08x}-{info.file_size}", f"{column}.arrow")
+    data = _counted(archive_table(dest, column, lambda: source.path, source.num_rows), column, source.num_rows)
+    if len(data) != TLDR.num_rows:
         print(f"note: {source.name} gives {len(data):,} rows, webis/tldr-17's loading script {TLDR.num_rows:,}: "
               "this stream is not the baseline's")
     return data
