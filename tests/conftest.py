@@ -8,6 +8,7 @@ import http.server
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -89,6 +90,36 @@ def reward_model(assets, tmp_path_factory) -> Path:
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer, {})
     return path
+
+
+def launch(script: Path | str, processes: int, *args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` on 1 process, or under `torchrun --standalone --nproc-per-node PROCESSES` (gloo), offline,
+    one CPU thread per process; it must succeed."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
+    result = subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, args)], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def exact_policy(assets: Path, reward_model: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
+    """4 PPO updates with --exact-ranks (4 emulated ranks), a checkpoint every 2 (both kept), on 1 process or 2."""
+    return launch("train_policy.py", processes, "--base-model", assets / "tiny-gpt2", "--rewards.trained-model",
+                  reward_model, "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 128,
+                  "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3,
+                  "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks", "--device", "cpu", "--save-interval", 2,
+                  "--keep-checkpoints", 2, "--output-dir", run_dir, *extra)
+
+
+@pytest.fixture(scope="session")
+def exact_policy_runs(assets, reward_model, tmp_path_factory) -> dict[int, tuple[Path, subprocess.CompletedProcess]]:
+    """The same --exact-ranks policy run (`exact_policy`) on 1 process and on 2 -> {processes: (run directory, its
+    process)}. Shared because each costs a launch of 2-3 interpreters and 4 updates: test_ranks compares the two bit
+    for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before changing it."""
+    root = tmp_path_factory.mktemp("exact_policy")
+    return {n: (root / f"p{n}", exact_policy(assets, reward_model, root / f"p{n}", n)) for n in (1, 2)}
 
 
 @pytest.fixture()

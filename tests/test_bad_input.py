@@ -28,7 +28,7 @@ def run_forked(script: str, cases: list[list], work: Path) -> list[subprocess.Co
     (work / "cwd").mkdir(parents=True)
     (work / "runner").mkdir()
     spec = {"module": Path(script).stem, "script": str(ROOT / script), "dir": str(work / "runner"),
-            "cases": [([str(a) for a in argv], {}) for argv in cases]}
+            "cases": [([str(a) for a in argv], {}, None) for argv in cases]}
     env = {**os.environ, **ENV, "LMHP_CACHE": str(work / "cache")}
     runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
                             cwd=work / "cwd", env=env, timeout=900)
@@ -268,6 +268,8 @@ def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
 
 
 def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_model_dir, tmp_path):
+    from test_smoke import run_cases
+
     run = tmp_path / "run"  # what train_policy.py leaves: config.json, policy/, checkpoints/update_N/state.pt
     (run / "policy").mkdir(parents=True)
     (run / "checkpoints" / "update_00000002").mkdir(parents=True)
@@ -286,10 +288,9 @@ def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_m
         ([], "--policy runs/policy_sentiment_seed1/policy does not exist (the default of --task sentiment): train one "
          "with `python train_policy.py --task sentiment`"),
     ]
-    for argv, message in cases:
-        result = subprocess.run([sys.executable, "-m", "lm_human_preference_details.sample", *map(str, argv),
-                                 "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=cwd,
-                                env={**os.environ, **ENV}, timeout=300)
+    results = run_cases("lm_human_preference_details.sample", [([*argv, "--output-dir", tmp_path / "out"], {}, cwd)
+                                                              for argv, _ in cases], tmp_path / "forked", ENV)
+    for (_, message), result in zip(cases, results):
         assert_refused(result, message, tmp_path / "out", cwd)
         assert "--base-model" not in result.stderr  # a flag sample does not have
 

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -180,13 +179,13 @@ def test_a_failed_background_write_is_one_line_on_the_main_thread(tmp_path, monk
 
 
 def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
-    layer, real = torch.nn.Linear(2, 2), ckpt.write_state
+    layer, real, raised = torch.nn.Linear(2, 2), ckpt.write_state, threading.Event()
 
-    def slow_write(state, path):
-        time.sleep(0.2)
+    def held_write(state, path):  # still writing when the loop raises: it begins only after that
+        assert raised.wait(60)
         real(state, path)
 
-    monkeypatch.setattr(ckpt, "write_state", slow_write)
+    monkeypatch.setattr(ckpt, "write_state", held_write)
     saver = ckpt.BackgroundSaver(tmp_path, keep=1)
     with pytest.raises(UserError, match="non-finite"):
         try:
@@ -196,6 +195,7 @@ def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
                 if update == 2:
                     check_finite("update 2", loss=[float("nan")])
         finally:
+            raised.set()
             saver.wait_quietly()  # what a Run does when its loop raises
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000002"]
 

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 
 import pytest
@@ -322,7 +321,10 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
     assert journal_items(out) == items
 
 
-def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
+def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, tmp_path_factory):
+    """Each case as `python -m lm_human_preference_details.label`, forks of one interpreter (test_smoke.run_cases)."""
+    from test_smoke import run_cases
+
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -334,11 +336,11 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
         (["--task.query-dataset", "gone.txt"], "--task.query-dataset gone.txt is neither"),
         (["--num-queries", "0"], "--num-queries"),
     ]
-    env = label_env(cache)
     try:
-        for extra, message in cases:
-            command = label_command(tmp_path / "new.json", *extra)
-            result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        results = run_cases("lm_human_preference_details.label", [
+            (label_command(tmp_path / "new.json", *extra)[3:], {}, tmp_path) for extra, _ in cases],
+            tmp_path_factory.mktemp("forked"), label_env(cache))
+        for (_, message), result in zip(cases, results):
             assert result.returncode == 2, result.stderr
             assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
             assert message in result.stderr

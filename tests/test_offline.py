@@ -130,12 +130,14 @@ def test_the_shipped_assets_are_best_of_4_labels_of_the_gold_scorer(tokenizer, t
 
 
 def test_offline_task_end_to_end(tmp_path, offline_cache):
-    """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score."""
+    """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score. Five PPO updates
+    (a minute or more on a CPU): with them a run measured a gain of 0.46 initial stds (bound 0.2), KL 6.9 (bound 12),
+    held-out accuracy 0.76 (bound 0.33); the preset's 1536 labels stay, the reward model's training is the point."""
     # one thread: two spin at OpenMP's barriers whenever another process takes a core (a reward model alone took
     # 69 s instead of 24 s beside one busy loop), and beside a second test suite this run passed its 900 s timeout
     env = {**os.environ, "LMHP_CACHE": str(offline_cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
            "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--ppo.total-episodes", "640",
+    command = [sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--ppo.total-episodes", "320",
                "--output-dir", str(tmp_path / "run")]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -145,7 +147,7 @@ def test_offline_task_end_to_end(tmp_path, offline_cache):
     assert 0 < summary["trained/kl"] < 2 * summary["kl_target"]
     assert (tmp_path / "run" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 10 and all("ppo/objective/gold_score" in r for r in rows)
+    assert len(rows) == 5 and all("ppo/objective/gold_score" in r for r in rows)
     assert "offline task summary" in result.stdout
     # the assets were built once (by this run or another test's), atomically, and are reused
     assert (offline_cache / offline.VERSION / "labels.json").exists()

@@ -1,15 +1,13 @@
 """The emulated ranks: seeds, per-rank draws against a naive per-rank loop, and 1 vs 2 torchrun processes (gloo)."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import launch
 from safetensors.torch import load_file
 
 from lm_human_preference_details.errors import UserError
@@ -19,7 +17,6 @@ from lm_human_preference_details.queries import QuerySampler, make_query_sampler
 from lm_human_preference_details.ranks import Ranks, held_ranks, rank_seed
 from lm_human_preference_details.tasks import TaskHParams
 
-ROOT = Path(__file__).resolve().parents[1]
 PAD = 50257
 
 
@@ -158,21 +155,11 @@ def test_exact_gradients_are_the_rank_means_in_the_tree_order():
 
 
 # ------------------------------------------------------------------------------ 1 vs 2 processes (torchrun, gloo)
-def _run(script, processes, *args):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
-    result = subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, args)], capture_output=True,
-                            text=True, cwd=ROOT, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 def _metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def _assert_same_run(one, two, model, exact=True):
+def _assert_samelaunch(one, two, model, exact=True):
     """Same metrics and weights: bit for bit when exact, else up to float32 summation order (see the tests)."""
     rows_one, rows_two = _metrics(one), _metrics(two)
     assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two] and rows_one
@@ -203,7 +190,7 @@ def _policy_args(assets, reward_model, episodes):
             "--num-ranks", 4, "--device", "cpu"]
 
 
-def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, tmp_path):
+def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_policy_runs, tmp_path):
     """--exact-ranks (the offline demo's default): the same reward run, then 4 PPO updates, on 1 process and on 2 (torchrun,
     gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit.
 
@@ -212,17 +199,15 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, tmp_path):
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    _run("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r1")
-    _run("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r2")
-    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
+    launch("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r1")
+    launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r2")
+    _assert_samelaunch(tmp_path / "r1", tmp_path / "r2", "reward_model")
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
 
-    policy = [*_policy_args(assets, tmp_path / "r1" / "reward_model", episodes=128), "--exact-ranks"]  # 4 updates
-    _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
-    two = _run("train_policy.py", 2, *policy, "--output-dir", tmp_path / "p2")
-    _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy")
+    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 4 updates each (conftest.exact_policy)
+    _assert_samelaunch(p1, p2, "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
-    config = json.loads((tmp_path / "p2" / "config.json").read_text())
+    config = json.loads((p2 / "config.json").read_text())
     assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, True)
 
 
@@ -234,14 +219,14 @@ def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
     update (two epochs of two minibatches: four optimizer steps), before any sampled token can differ. The
     micro-batched two-process run also checks that micro-batches change only the summation order.
     """
-    _run("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
-    _run("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
-    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
+    launch("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
+    launch("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
+    _assert_samelaunch(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
 
     policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
-    _run("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
-    _run("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
-    _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
+    launch("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
+    launch("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
+    _assert_samelaunch(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
     assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2
 
 
@@ -268,7 +253,7 @@ def test_leaving_the_process_group_ends_its_gloo_threads_after_a_model_load(asse
     group in that module's default arguments."""
     script = tmp_path / "leave.py"
     script.write_text(LEAVE)
-    out = _run(script, 2, assets / "tiny-gpt2").stdout
+    out = launch(script, 2, assets / "tiny-gpt2").stdout
     counts = sorted(re.findall(r"process (\d): gloo threads (\d+) -> (\d+)", out))
     assert [c[0] for c in counts] == ["0", "1"], out
     assert all(int(joined) > 0 and int(left) == 0 for _, joined, left in counts), out

@@ -1,21 +1,17 @@
 """Issue 31: --resume on other hardware: another number of torchrun processes, fewer GPUs, another device kind."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import exact_policy
 
 from lm_human_preference_details import checkpoint
 from lm_human_preference_details.checkpoint import check_same_run
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.ranks import set_generator_state
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------ generator states
@@ -56,21 +52,6 @@ def test_world_size_and_device_may_change_on_resume_but_not_the_ranks():
 
 
 # ------------------------------------------------------------------------------ 1 process <-> 2 torchrun processes
-def policy(assets, reward_model, run_dir, processes: int, *extra) -> None:
-    """4 PPO updates with --exact-ranks, a checkpoint every 2 (both kept), on 1 process or 2 (torchrun, gloo)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
-    args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 128, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards",
-            "--num-ranks", 4, "--exact-ranks", "--device", "cpu", "--save-interval", 2, "--keep-checkpoints", 2,
-            "--output-dir", run_dir, *extra]
-    proc = subprocess.run([sys.executable, *launcher, str(ROOT / "train_policy.py"), *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 def interrupted_copy(run_dir: Path, into: Path) -> Path:
     """``run_dir`` as a run killed after its update-2 checkpoint: the update-4 one removed (the logs after it are
     dropped by --resume)."""
@@ -84,15 +65,16 @@ def metrics(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("ppo/elapsed/time", "ppo/elapsed/fps")} for r in rows]
 
 
-def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, tmp_path):
-    policy(assets, reward_model, tmp_path / "one", 1)  # uninterrupted, 1 process
-    policy(assets, reward_model, tmp_path / "two", 2)  # uninterrupted, 2 processes
-    uninterrupted = metrics(tmp_path / "one")
-    assert [r["step"] for r in uninterrupted] == [0, 1, 2, 3] and metrics(tmp_path / "two") == uninterrupted
+def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, exact_policy_runs, tmp_path):
+    """4 PPO updates with --exact-ranks, a checkpoint every 2 (conftest.exact_policy), uninterrupted on 1 process and
+    on 2 (the shared runs), then each resumed from its update-2 checkpoint on the other count."""
+    (one, _), (two, _) = exact_policy_runs[1], exact_policy_runs[2]
+    uninterrupted = metrics(one)
+    assert [r["step"] for r in uninterrupted] == [0, 1, 2, 3] and metrics(two) == uninterrupted
 
-    up = interrupted_copy(tmp_path / "one", tmp_path / "one_then_two")  # saved by 1 process, resumed by 2
-    policy(assets, reward_model, up, 2, "--resume")
-    down = interrupted_copy(tmp_path / "two", tmp_path / "two_then_one")  # saved by 2 processes, resumed by 1
-    policy(assets, reward_model, down, 1, "--resume")
+    up = interrupted_copy(one, tmp_path / "one_then_two")  # saved by 1 process, resumed by 2
+    exact_policy(assets, reward_model, up, 2, "--resume")
+    down = interrupted_copy(two, tmp_path / "two_then_one")  # saved by 2 processes, resumed by 1
+    exact_policy(assets, reward_model, down, 1, "--resume")
     assert metrics(up) == uninterrupted and metrics(down) == uninterrupted
     assert json.loads((up / "config.json").read_text())["world_size"] == 2

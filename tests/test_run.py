@@ -345,8 +345,11 @@ def fake_run_dir(path: Path, kind: str) -> Path:
     return path
 
 
-def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
-    """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was."""
+def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_factory):
+    """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was. Each
+    script imported once, a fork per case (test_smoke.run_cases)."""
+    from test_smoke import run_cases
+
     tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 64, "--task.response-length", 24,
             "--task.truncate-after", 4, "--device", "cpu"]
     reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 64,
@@ -368,21 +371,29 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
         (model_copy / f.name).write_bytes(f.read_bytes())
     (model_copy / "NOTES").write_text("where this model came from")
     before = snapshot(tmp_path)
-    # a finished policy run given to the reward script with --resume
-    refused(script("train_reward.py", *reward, "--output-dir", policy_run, "--resume"), "holds a policy run")
-    # --output-dir . --overwrite where the current directory holds a config.json of the user's
-    refused(script("train_reward.py", *reward, "--output-dir", ".", "--overwrite", cwd=user), "not a run of this project")
-    # the policy's own reward model, in the directory it is told to overwrite
-    refused(script("train_policy.py", "--base-model", assets / "tiny-gpt2", *tiny, "--rewards.trained-model",
-                   reward_run / "reward_model", "--output-dir", reward_run, "--overwrite"), "holds a reward run")
-    # the base model's directory as the run directory
-    refused(script("train_reward.py", *reward[2:], "--base-model", model_copy, "--output-dir", model_copy, "--overwrite"),
-            "not a run of this project")
-    # a new run into a directory of the user's (with names like our old temporaries)
-    refused(script("train_reward.py", *reward, "--output-dir", user), "not a run of this project")
-    # a policy run resumed into a reward run
-    refused(script("train_policy.py", "--base-model", assets / "tiny-gpt2", *tiny, "--output-dir", reward_run,
-                   "--resume"), "holds a reward run")
+    work = tmp_path_factory.mktemp("forked")
+    reward_cases = [
+        # a finished policy run given to the reward script with --resume
+        ([*reward, "--output-dir", policy_run, "--resume"], "holds a policy run", ROOT),
+        # --output-dir . --overwrite where the current directory holds a config.json of the user's
+        ([*reward, "--output-dir", ".", "--overwrite"], "not a run of this project", user),
+        # the base model's directory as the run directory
+        ([*reward[2:], "--base-model", model_copy, "--output-dir", model_copy, "--overwrite"], "not a run of this project",
+         ROOT),
+        # a new run into a directory of the user's (with names like our old temporaries)
+        ([*reward, "--output-dir", user], "not a run of this project", ROOT),
+    ]
+    policy_cases = [
+        # the policy's own reward model, in the directory it is told to overwrite
+        (["--base-model", assets / "tiny-gpt2", *tiny, "--rewards.trained-model", reward_run / "reward_model",
+          "--output-dir", reward_run, "--overwrite"], "holds a reward run", ROOT),
+        # a policy run resumed into a reward run
+        (["--base-model", assets / "tiny-gpt2", *tiny, "--output-dir", reward_run, "--resume"], "holds a reward run", ROOT),
+    ]
+    for name, cases in (("train_reward.py", reward_cases), ("train_policy.py", policy_cases)):
+        results = run_cases(name, [(argv, {}, cwd) for argv, _, cwd in cases], work / name)
+        for (_, match, _), result in zip(cases, results):
+            refused(result, match)
     assert snapshot(tmp_path) == before
 
 

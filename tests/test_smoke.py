@@ -20,22 +20,28 @@ def run(script, *args, cwd=ROOT, env_extra=None):
                           cwd=cwd, env=env, timeout=600)
 
 
-# Imports the script once, then forks one child per case that runs it as __main__ with that case's argv: exit status,
-# stdout and stderr are those of `python SCRIPT ARGS`, without paying torch's import (~5 s) for every case.
+# Imports the script once, then forks one child per case that runs it as __main__ with that case's argv (in that case's
+# working directory, if it names one): exit status, stdout and stderr are those of `python SCRIPT ARGS` (or of
+# `python -m MODULE ARGS` when the script is a module's name), without paying torch's import (~5 s) for every case.
 FORK_RUNNER = r"""
 import json, os, runpy, sys, traceback
 spec = json.loads(sys.argv[1])
 __import__(spec["module"])
 codes = []
-for i, (argv, env) in enumerate(spec["cases"]):
+for i, (argv, env, cwd) in enumerate(spec["cases"]):
     pid = os.fork()
     if pid == 0:
         os.environ.update(env)  # read by the hub client when it is first imported, in the child
         for fd, name in ((1, "out"), (2, "err")):
             os.dup2(os.open(f"{spec['dir']}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        if cwd:
+            os.chdir(cwd)
         sys.argv, code = [spec["script"], *argv], 0
         try:
-            runpy.run_path(spec["script"], run_name="__main__")
+            if spec["script"].endswith(".py"):
+                runpy.run_path(spec["script"], run_name="__main__")
+            else:
+                runpy.run_module(spec["script"], run_name="__main__", alter_sys=True)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (e.code is not None)
         except BaseException:
@@ -51,12 +57,15 @@ with open(f"{spec['dir']}/codes.json", "w") as f:
 
 
 def run_cases(script, cases, workdir, env_extra=None):
-    """Run ``script`` once per (argv, env) in ``cases``, in the empty working directory workdir/cwd -> a CompletedProcess
-    each, as `run` gives (see FORK_RUNNER)."""
+    """Run ``script`` (a script's path, or a package module's name as for `python -m`) once per (argv, env) or (argv,
+    env, cwd) in ``cases``, in the empty working directory workdir/cwd or the case's cwd -> a CompletedProcess each, as
+    `run` gives (see FORK_RUNNER)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "cwd").mkdir(exist_ok=True)
-    spec = {"module": Path(script).stem, "script": str(ROOT / script), "dir": str(workdir),
-            "cases": [([str(a) for a in argv], env) for argv, env in cases]}
+    is_script = str(script).endswith(".py")
+    spec = {"module": Path(script).stem if is_script else "lm_human_preference_details.model",  # not the module: runpy
+            "script": str(ROOT / script) if is_script else script, "dir": str(workdir),  # warns when it is imported
+            "cases": [([str(a) for a in argv], env, str(cwd[0]) if cwd else None) for argv, env, *cwd in cases]}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": str(ROOT), **(env_extra or {})}
     runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
@@ -64,7 +73,7 @@ def run_cases(script, cases, workdir, env_extra=None):
     assert runner.returncode == 0, runner.stderr[-3000:]
     codes = json.loads((workdir / "codes.json").read_text())
     return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
-            for i, ((argv, _), code) in enumerate(zip(spec["cases"], codes))]
+            for i, ((argv, *_), code) in enumerate(zip(spec["cases"], codes))]
 
 
 def metrics(run_dir):
@@ -124,8 +133,10 @@ def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
 
 
 def test_same_seed_same_numbers(reward_run, assets, tmp_path):
-    again = run("train_reward.py", *reward_args(assets, tmp_path / "again"))
-    assert again.returncode == 0, again.stderr[-3000:]
+    """The subprocess's reward run again, in this process (a second subprocess would only add the imports)."""
+    import train_reward
+
+    train_reward.main([str(a) for a in reward_args(assets, tmp_path / "again")])
     first, second = metrics(reward_run), metrics(tmp_path / "again")
     assert first == second
 
@@ -151,8 +162,17 @@ def bad_inputs(assets, tmp_path_factory):
     save_model_dir(d / "policy", Policy(lm, tokenizer.pad_token_id, 0.7), tokenizer, {"task": task, "ppo": {}})
     shutil.copytree(d / "reward_model", d / "reward-no-weights")
     (d / "reward-no-weights" / "model.safetensors").unlink()
+    shutil.copytree(d / "reward_model", d / "reward-corrupt")
+    (d / "reward-corrupt" / "head.pt").write_bytes(b"not a checkpoint")
+    shutil.copytree(d / "reward_model", d / "reward-foreign")
+    foreign = load_tokenizer(str(d / "reward-foreign"))
+    foreign.add_tokens(["<extra>"])
+    foreign.save_pretrained(d / "reward-foreign")
     (d / "a-file").write_text("not a directory\n")
     (d / "labels.json").write_text('[{"query": [1, 2')  # the user's own file, cut short
+    records = json.loads((assets / "labels.json").read_text())
+    records[5]["best"] = 7
+    (d / "best-7.json").write_text(json.dumps(records))  # well-formed JSON, one value out of range
     return d
 
 
@@ -176,6 +196,8 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch th
 REWARD_CASES = [
     pytest.param(["--labels.source", "{a}"], "--labels.source {a} is a directory", id="label-path-is-a-directory"),
     pytest.param(["--labels.source", "{b}/labels.json"], "fix it or pass another --labels.source", id="local-labels-bad-json"),
+    pytest.param(["--labels.source", "{b}/best-7.json"], "label file {b}/best-7.json, record 5: field 'best'",
+                 id="malformed-label-file"),
     pytest.param(["--batch-size", 0], "--batch-size is 0", id="batch-size-0"),
     pytest.param(["--batch-size", -16], "--batch-size is -16", id="batch-size-negative"),
     pytest.param(["--labels.num-train", 0], "--labels.num-train is 0", id="num-train-0"),
@@ -237,16 +259,6 @@ def test_reward_bad_input_is_one_line_and_writes_nothing(reward_bad_runs, assets
     key = request.node.callspec.id
     assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "runner" / "cwd")
     assert "delete it to download it again" not in results[key].stderr  # never said of the user's own file
-
-
-def test_malformed_label_file(assets, tmp_path):
-    bad = tmp_path / "labels.json"
-    records = json.loads((assets / "labels.json").read_text())
-    records[5]["best"] = 7
-    bad.write_text(json.dumps(records))
-    (tmp_path / "cwd").mkdir()
-    result = run("train_reward.py", *reward_args(assets, tmp_path / "run"), "--labels.source", bad, cwd=tmp_path / "cwd")
-    assert_one_line_error(result, f"label file {bad}, record 5: field 'best'", tmp_path / "run", tmp_path / "cwd")
 
 
 # ------------------------------------------------------------------------------------ train_policy.py
@@ -358,6 +370,8 @@ POLICY_CASES = [
                  id="response-length"),
     pytest.param(["--rewards.trained-model", "/nonexistent/rm"], "is not a saved reward model directory",
                  id="reward-model-missing"),
+    pytest.param(["--rewards.trained-model", "{b}/reward-corrupt"], "is corrupt", id="reward-model-corrupt"),
+    pytest.param(["--rewards.trained-model", "{b}/reward-foreign"], "another tokenizer", id="reward-model-foreign-tokenizer"),
     pytest.param(["--base-model", "gpt2"], NO_NETWORK_ERROR, id="no-network"),
 ]
 
@@ -382,44 +396,26 @@ def test_policy_bad_input(policy_bad_runs, bad_inputs, change, message, request)
         assert "pass --base-model" not in results[key].stderr
 
 
-def test_policy_rejects_corrupt_or_foreign_reward_models(assets, reward_run, tmp_path):
-    import shutil
-
-    from lm_human_preference_details.tokenizer import load_tokenizer
-
-    corrupt = tmp_path / "corrupt"
-    shutil.copytree(reward_run / "reward_model", corrupt)
-    (corrupt / "head.pt").write_bytes(b"not a checkpoint")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    result = run("train_policy.py", *policy_args(assets, corrupt, tmp_path / "a"), cwd=cwd)
-    assert_one_line_error(result, "is corrupt", tmp_path / "a", cwd)
-    foreign = tmp_path / "foreign"
-    shutil.copytree(reward_run / "reward_model", foreign)
-    tokenizer = load_tokenizer(str(foreign))
-    tokenizer.add_tokens(["<extra>"])
-    tokenizer.save_pretrained(foreign)
-    result = run("train_policy.py", *policy_args(assets, foreign, tmp_path / "b"), cwd=cwd)
-    assert_one_line_error(result, "another tokenizer", tmp_path / "b", cwd)
-
-
-def test_combined_run_with_label_file_queries(assets, tmp_path):
+def test_combined_run_with_label_file_queries(assets, tmp_path, capsys):
     """oai-label-queries through PPO: the reward model trains first with its own nested options, then PPO reads the
-    label file's queries too (the policy run passes its label source on)."""
+    label file's queries too (the policy run passes its label source on). In this process: the scripts' subprocess
+    runs are policy_run's and reward_run's."""
     import ast
 
+    import train_policy
     from lm_human_preference_details.labels import OAI_PAD
     from lm_human_preference_details.model import load_model_dir
     from lm_human_preference_details.tokenizer import load_tokenizer
 
     out = tmp_path / "run"
     new = "--rewards.train-new-model."
-    result = run("train_policy.py", "--base-model", assets / "tiny-gpt2", "--task.query-dataset", "oai-label-queries",
-                 f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 32, f"{new}batch-size", 16,
-                 f"{new}lr", 2e-3, f"{new}rollout-batch-size", 16, f"{new}normalize-samples", 16, f"{new}eval-labels", 0,
-                 f"{new}seed", 7, "--seed", 5, "--ppo.total-episodes", 32, "--ppo.batch-size", 16, "--num-ranks", 2,
-                 "--ppo.noptepochs", 1, "--sample-print-interval", 1, "--output-dir", out, "--device", "cpu")
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_policy.main([str(a) for a in (
+        "--base-model", assets / "tiny-gpt2", "--task.query-dataset", "oai-label-queries",
+        f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 32, f"{new}batch-size", 16,
+        f"{new}lr", 2e-3, f"{new}rollout-batch-size", 16, f"{new}normalize-samples", 16, f"{new}eval-labels", 0,
+        f"{new}seed", 7, "--seed", 5, "--ppo.total-episodes", 32, "--ppo.batch-size", 16, "--num-ranks", 2,
+        "--ppo.noptepochs", 1, "--sample-print-interval", 1, "--output-dir", out, "--device", "cpu")])
+    stdout = capsys.readouterr().out
     _, _, hparams = load_model_dir(out / "reward" / "reward_model", "reward")
     assert hparams["seed"] == 7 and hparams["lr"] == 2e-3 and hparams["batch_size"] == 16  # the nested options
     assert hparams["labels"]["source"] == str(assets / "labels.json") and hparams["labels"]["num_train"] == 32
@@ -429,6 +425,6 @@ def test_combined_run_with_label_file_queries(assets, tmp_path):
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     records = json.loads((assets / "labels.json").read_text())
     label_queries = {tokenizer.decode([t for t in r["query"] if t != OAI_PAD]) for r in records}
-    lines = result.stdout.splitlines()
+    lines = stdout.splitlines()
     printed = [ast.literal_eval(q) for q, nxt in zip(lines, lines[1:]) if nxt.startswith("  -> ")]
     assert printed and set(printed) <= label_queries
