@@ -1,13 +1,16 @@
 """The emulated ranks: seeds, per-rank draws against a naive per-rank loop, and 1 vs 2 torchrun processes (gloo)."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import launch
+from conftest import ROOT, launch
 from safetensors.torch import load_file
 
 from lm_human_preference_details.errors import UserError
