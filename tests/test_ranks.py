@@ -162,7 +162,7 @@ def _metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def _assert_samelaunch(one, two, model, exact=True):
+def _assert_same_run(one, two, model, exact=True):
     """Same metrics and weights: bit for bit when exact, else up to float32 summation order (see the tests)."""
     rows_one, rows_two = _metrics(one), _metrics(two)
     assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two] and rows_one
@@ -204,11 +204,11 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_polic
     """
     launch("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r1")
     launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r2")
-    _assert_samelaunch(tmp_path / "r1", tmp_path / "r2", "reward_model")
+    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
 
     (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 4 updates each (conftest.exact_policy)
-    _assert_samelaunch(p1, p2, "policy")
+    _assert_same_run(p1, p2, "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((p2 / "config.json").read_text())
     assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, True)
@@ -224,12 +224,12 @@ def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
     """
     launch("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
     launch("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
-    _assert_samelaunch(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
+    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
 
     policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
     launch("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
     launch("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
-    _assert_samelaunch(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
+    _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
     assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2
 
 
