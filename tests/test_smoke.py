@@ -31,7 +31,7 @@ codes = []
 for i, (argv, env, cwd) in enumerate(spec["cases"]):
     pid = os.fork()
     if pid == 0:
-        os.environ.update(env)  # read by the hub client when it is first imported, in the child
+        os.environ.update(env)
         for fd, name in ((1, "out"), (2, "err")):
             os.dup2(os.open(f"{spec['dir']}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         if cwd:
@@ -188,6 +188,8 @@ def assert_one_line_error(result, message, out, cwd):
 
 
 # the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries
+# the hub client reads these when it is first imported, which the package does at its import: so the no-network cases
+# run as real processes, not as forks of a runner that has imported the script with HF_HUB_OFFLINE=1
 NO_NETWORK = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
 NO_NETWORK_ERROR = ("you appear to be offline; set HF_HUB_OFFLINE=1 to use what the Hugging Face cache holds, or pass "
                     "--base-model DIR")
@@ -246,11 +248,14 @@ def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
     """Every reward case at once (run_cases): each its own output directory."""
     work = tmp_path_factory.mktemp("reward-bad")
     cases = _runnable(REWARD_CASES)
-    results = run_cases("train_reward.py", [(reward_args(assets, work / key) + _fill(change, assets, bad_inputs),
-                                             NO_NETWORK if key == "no-network" else {}) for key, change in cases.items()],
-                        work / "runner",
+    offline = cases.pop("no-network")
+    results = run_cases("train_reward.py", [(reward_args(assets, work / key) + _fill(change, assets, bad_inputs), {})
+                                            for key, change in cases.items()], work / "runner",
                         {"LMHP_CACHE": str(work / "cache")})
-    return work, dict(zip(cases, results))
+    results = dict(zip(cases, results))
+    results["no-network"] = run("train_reward.py", *reward_args(assets, work / "no-network"), *offline,
+                                cwd=work / "runner" / "cwd", env_extra={**NO_NETWORK, "LMHP_CACHE": str(work / "cache")})
+    return work, results
 
 
 @pytest.mark.parametrize("change, message", REWARD_CASES)
@@ -381,10 +386,14 @@ def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
     """Every policy case at once (run_cases), against a saved (untrained) reward model directory."""
     work = tmp_path_factory.mktemp("policy-bad")
     cases = _runnable(POLICY_CASES)
+    offline = cases.pop("no-network")
     results = run_cases("train_policy.py", [(policy_args(assets, bad_inputs / "reward_model", work / key)
-                                             + _fill(change, assets, bad_inputs), NO_NETWORK if key == "no-network" else {})
-                                            for key, change in cases.items()], work / "runner")
-    return work, dict(zip(cases, results))
+                                             + _fill(change, assets, bad_inputs), {}) for key, change in cases.items()],
+                        work / "runner")
+    results = dict(zip(cases, results))
+    results["no-network"] = run("train_policy.py", *policy_args(assets, bad_inputs / "reward_model", work / "no-network"),
+                                *offline, cwd=work / "runner" / "cwd", env_extra=NO_NETWORK)
+    return work, results
 
 
 @pytest.mark.parametrize("change, message", POLICY_CASES)
