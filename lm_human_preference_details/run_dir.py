@@ -82,8 +82,6 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
     """
     if not output_dir or not output_dir.strip():
         raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; pass one of them")
     run_dir = Path(output_dir)  # expanded once by the flags' finalize (cli.expand_home)
     if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
         return "fresh"

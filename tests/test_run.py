@@ -91,12 +91,41 @@ def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path
     assert read_marker(out)["kind"] == "policy" and (out / "metrics.jsonl").exists()
     with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
         fake_train(out)
-    with pytest.raises(UserError, match="contradict"):
-        fake_train(out, resume=True, overwrite=True)
     with pytest.raises(UserError, match="--output-dir is empty"):
         fake_train("")
     (tmp_path / "empty").mkdir()
     fake_train(tmp_path / "empty")  # an empty directory is as good as a new one
+
+
+@pytest.mark.parametrize("script", ["train_reward", "train_policy"])
+def test_resume_with_overwrite_is_one_line_before_any_model_or_process_group(script, tmp_path, monkeypatch, capsys):
+    """A run in --output-dir, both flags: the one error line comes from the flags' checks, before a task's assets are
+    built, a model or tokenizer loads, or torchrun's process group is joined (each of which fails the test here)."""
+    import train_policy
+    import train_reward
+
+    from lm_human_preference_details import model, ranks, tasks, tokenizer
+    from lm_human_preference_details.errors import run_main
+
+    out = tmp_path / "run"
+    fake_train(out, kind=script.split("_")[1])
+    before = snapshot(out)
+    capsys.readouterr()  # the fake run's progress bar
+
+    def too_soon(*args, **kwargs):
+        pytest.fail("reached before the flags were all checked")
+
+    for module, name in ((ranks, "setup_distributed"), (model, "load_lm"), (tokenizer, "load_tokenizer"),
+                         (tasks.Task, "prepare"), (train_reward, "load_lm"), (train_policy, "load_lm"),
+                         (train_reward, "load_tokenizer"), (train_policy, "load_tokenizer")):
+        monkeypatch.setattr(module, name, too_soon)
+    main = {"train_reward": train_reward.main, "train_policy": train_policy.main}[script]
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: main(["--task", "offline", "--output-dir", str(out), "--resume", "--overwrite"]))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: --resume and --overwrite contradict each other; pass one of them\n", err
+    assert snapshot(out) == before
 
 
 def test_a_run_of_the_other_kind_is_refused_with_every_flag(tmp_path):
