@@ -103,7 +103,6 @@ def test_resume_with_overwrite_is_one_line_before_any_model_or_process_group(scr
     built, a model or tokenizer loads, or torchrun's process group is joined (each of which fails the test here)."""
     import train_policy
     import train_reward
-
     from lm_human_preference_details import model, ranks, tasks, tokenizer
     from lm_human_preference_details.errors import run_main
 
