@@ -20,8 +20,11 @@ import pytest
 import torch
 from conftest import drive
 
+import train_policy
+import train_reward
 from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details import model, ranks, tasks, tokenizer
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run, Stopped, StopSignals
@@ -101,11 +104,6 @@ def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path
 def test_resume_with_overwrite_is_one_line_before_any_model_or_process_group(script, tmp_path, monkeypatch, capsys):
     """A run in --output-dir, both flags: the one error line comes from the flags' checks, before a task's assets are
     built, a model or tokenizer loads, or torchrun's process group is joined (each of which fails the test here)."""
-    import train_policy
-    import train_reward
-    from lm_human_preference_details import model, ranks, tasks, tokenizer
-    from lm_human_preference_details.errors import run_main
-
     out = tmp_path / "run"
     fake_train(out, kind=script.split("_")[1])
     before = snapshot(out)
