@@ -57,6 +57,16 @@ def _owner_gone(name: str) -> bool:
     return False
 
 
+def cannot_write_in(directory: Path) -> str | None:
+    """Why this process cannot make an entry in the existing ``directory`` (the system's words), or None. A real probe,
+    a directory made and removed: os.access says yes to root on a read-only or special file system."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lmhp-write-check-", dir=directory))
+    except OSError as e:
+        return str(e.strerror or e)
+    return None
+
+
 def remove_leftovers(directory: str | os.PathLike) -> list[str]:
     """Remove the temporaries that killed atomic writes left in ``directory``; put back a target whose
     replacement never arrived. Only our own names are looked at; -> the names handled."""
