@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from lm_human_preference_details.torchrun import torchrun_rank
+
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
 BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
@@ -167,7 +169,7 @@ def _take(path: Path, poll_s: float) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if not said and os.environ.get("RANK", "0") == "0":  # under torchrun, process 0 says it
+            if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                 print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
             said = True

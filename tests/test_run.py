@@ -27,8 +27,9 @@ from lm_human_preference_details import model, ranks, tasks, tokenizer
 from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run, Stopped, StopSignals
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
+from lm_human_preference_details.signals import Stopped, StopSignals
 
 ROOT = Path(__file__).resolve().parents[1]
 
