@@ -62,6 +62,24 @@ def test_the_package_has_no_import_cycle():
     assert "offline" not in set().union(*(deps for name, deps in graph.items() if name != "offline"))  # demo at the edge
 
 
+def test_the_commands_share_policy_loading_and_import_no_command():
+    """sample.py and label.py are commands: both load policies through policies.py, and no module imports either."""
+    importers = {p.stem for p in PACKAGE.rglob("*.py") if imports_of(p) & {"sample", "label"}}
+    assert {"policies"} <= imports_of(PACKAGE / "sample.py") & imports_of(PACKAGE / "label.py")
+    assert not importers, importers
+
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def test_torchrun_environment_is_read_in_one_place():
+    """torchrun.py alone reads torchrun's variables: every other module asks it, so none can read them differently."""
+    sources = [*PACKAGE.rglob("*.py"), ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    readers = sorted(str(p.relative_to(ROOT)) for p in sources
+                     if p.name != "torchrun.py" and any(f'"{name}"' in p.read_text() for name in TORCHRUN_VARIABLES))
+    assert '"RANK"' in (PACKAGE / "torchrun.py").read_text() and not readers, readers
+
+
 def test_every_module_says_its_job():
     for path in PACKAGE.glob("*.py"):
         doc = ast.get_docstring(ast.parse(path.read_text()))
