@@ -69,6 +69,32 @@ def test_the_commands_share_policy_loading_and_import_no_command():
     assert not importers, importers
 
 
+def unexplained_imports(source: str, name: str) -> list[str]:
+    """The imports inside a function of ``source`` whose group of import lines has no comment (why they wait) on its
+    first line or the line above it."""
+    lines = source.splitlines()
+
+    def explained(i: int) -> bool:  # i: the import's line index
+        while i > 0 and lines[i - 1].strip().startswith(("import ", "from ")):
+            i -= 1
+        return "#" in lines[i] or lines[i - 1].strip().startswith("#")
+
+    return [f"{name}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+            for function in ast.walk(ast.parse(source)) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not explained(node.lineno - 1)]
+
+
+def test_an_import_inside_a_function_says_why():
+    """An import belongs at the top of its module; one that waits (a heavy import on a rare path) says why in a comment.
+    queries/ has its own owner (issue 44's query wing)."""
+    assert unexplained_imports("def f():\n    import json\n", "m.py") == ["m.py:2: import json"]
+    assert not unexplained_imports("def f():\n    import json  # rare\n", "m.py")
+    sources = [p for p in PACKAGE.glob("*.py")] + [ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    found = [f for p in sources for f in unexplained_imports(p.read_text(), p.name)]
+    assert not found, found
+
+
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
