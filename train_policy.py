@@ -38,7 +38,9 @@ import tyro
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import check_at_least, check_in_range, check_positive, expand_home
+from lm_human_preference_details.entry import run_script
 from lm_human_preference_details.errors import UserError, run_main
+from lm_human_preference_details.finite import check_finite
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.model import (
     Policy,
@@ -62,7 +64,7 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks, seed_globals
-from lm_human_preference_details.run import Run, check_finite, run_script
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_args import RunArgs
 from lm_human_preference_details.tasks import TaskHParams, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
