@@ -205,8 +205,8 @@ class OnlineCollection:
         start = time.time()
         while self.schedule.should_request(self.requests, n):
             self.request(update, policy)
-        # PPO waits here while labels < l(n); the gold labeller answers each request as it is made, so with a margin
-        # >= 0 the labels are never fewer than l(n) by now
+        # PPO waits here while labels < l(n); both labellers (gold, command) answer each request as it is made, and a
+        # skipped one is not counted, so the labels are never fewer than l(n) by now
         labels = len(self.journal)
         self.waited += time.time() - start
         self.stats = {}

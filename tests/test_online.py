@@ -3,6 +3,7 @@ run of the offline task with the gold labeller, uninterrupted and killed then re
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -155,3 +156,88 @@ def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, tmp_path, o
     assert metrics(run_dir) == metrics(online_run)
     for name in ("model.safetensors", "head.pt"):  # the policy's weights, its value head
         assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
+
+
+class FakePolicy:
+    """Samples token ids 1..99 from the generator it is given: [b, length]."""
+
+    head = torch.nn.Linear(1, 1)
+
+    def sample(self, contexts, length, generator):
+        return {"responses": torch.randint(1, 100, (len(contexts), length), generator=generator)}
+
+
+class FakeSampler:
+    """Batches of 4 queries [4, 2]; counts its batches as a query sampler does (its state)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __next__(self):
+        self.n += 1
+        return torch.full((4, 2), self.n)
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+class SkipEveryThird:
+    def __init__(self):
+        self.asked = 0
+
+    def label(self, queries, samples):
+        answers = [None if (self.asked + i) % 3 == 2 else 0 for i in range(len(queries))]
+        self.asked += len(queries)
+        return answers
+
+
+def collection(journal_path: Path, trained: list):
+    from types import SimpleNamespace
+
+    from lm_human_preference_details.online import LabelJournal, OnlineCollection
+
+    schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
+    task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
+
+    def train(k, num_train):
+        trained.append((k, num_train))
+        return f"model {k}", {"last_loss": 1.0 + k}
+
+    return OnlineCollection(schedule, LabelJournal(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
+                            (16, 4), train)
+
+
+def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
+    """4 updates of 16 episodes; l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38; points 8, 16, 24, 32."""
+    trained: list = []
+    online = collection(tmp_path / "labels.json", trained)
+    model = None
+    seen = []
+    for update in range(4):
+        model, _ = online.before_episode(update, FakePolicy(), (model, {}))
+        seen.append((online.stats["online/labels"], online.stats["online/retrainings"], model))
+        if update == 1:
+            state = copy.deepcopy(online.state_dict())
+    # requests (skipped ones not counted) reach l(n) + 2: 11 >= 10, 24 >= 24, 35 >= 34, 40 >= 40
+    assert [s[0] for s in seen] == [11, 24, 35, 40]
+    assert [s[1] for s in seen] == [1, 2, 4, 4] and seen[-1][2] == "model 3"
+    assert trained == [(0, 8), (1, 16), (2, 24), (3, 32)]  # whole batches of 4 at each point
+    assert online.stats["online/wait_time"] >= 0 and online.stats["online/pending"] == 0
+    records = json.loads((tmp_path / "labels.json").read_text())
+    assert len(records) == 40 and {r["best"] for r in records} == {0}
+    assert [r["update"] for r in records].count(0) == 11
+
+    # a resumed run from the checkpoint after update 1 (before update 2): the journal cut back to it, the last
+    # training's model reloaded, then the same requests and trainings
+    trained.clear()
+    resumed = collection(tmp_path / "labels.json", trained)
+    resumed.labeller.asked = 24 + 24 // 2  # the labeller's own count (36 asked, 12 skipped) as it stood
+    resumed.load_state_dict(state)
+    assert len(json.loads((tmp_path / "labels.json").read_text())) == 24
+    model, hparams = resumed.before_episode(2, FakePolicy(), (None, {}))
+    assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
+    resumed.before_episode(3, FakePolicy(), (model, hparams))
+    assert json.loads((tmp_path / "labels.json").read_text()) == records
