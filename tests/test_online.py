@@ -82,10 +82,10 @@ def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
         args.finalize(check_inputs=False)
 
 
-SMALL = ["--task", "offline", "--ppo.total-episodes", "192", "--save-interval", "1", "--sample-print-interval", "100",
+SMALL = ["--task", "offline", "--ppo.total-episodes", "128", "--save-interval", "1", "--sample-print-interval", "100",
          "--rewards.train-new-model.labels.num-train", "32", "--rewards.train-new-model.normalize-samples", "32",
          "--rewards.train-new-model.rollout-batch-size", "32", "--rewards.train-new-model.eval-labels", "16",
-         "--online.num-labels", "160", "--online.retrainings", "2", "--online.margin", "16"]
+         "--online.num-labels", "160", "--online.retrainings", "1", "--online.margin", "16"]
 
 
 def policy_command(run_dir: Path, *extra: str) -> list[str]:
@@ -99,7 +99,7 @@ def environment(cache: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def online_run(tmp_path_factory, offline_cache) -> Path:
-    """A small uninterrupted online run: 3 updates of 64 episodes, N_r^0 = 32, N_r = 160, 1 + 2 trainings."""
+    """A small uninterrupted online run: 2 updates of 64 episodes, N_r^0 = 32, N_r = 160, 1 + 1 trainings."""
     run_dir = tmp_path_factory.mktemp("online") / "run"
     result = subprocess.run(policy_command(run_dir), capture_output=True, text=True, env=environment(offline_cache),
                             cwd=run_dir.parent, timeout=900)
@@ -120,14 +120,14 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
     gold = offline.gold_scores(tokenizer, labels["samples"].reshape(-1, offline.RESPONSE_LENGTH)).view(-1, 4)
     assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
     updates = [r["update"] for r in json.loads(journal.read_text())]
-    # l(0) + margin = 48 -> one batch of 64 requests before update 0; l(64) = 32 + 128 * (1 - (2/3)^2) = 103.1 -> 128
-    # before update 1; l(128) = 145.8 -> 192 before update 2
-    assert updates == [0] * 64 + [1] * 64 + [2] * 64
+    # l(0) + margin = 48 -> one batch of 64 requests before update 0; l(64) + margin = 32 + 128 * (1 - (1/2)^2) + 16
+    # = 144 -> two more batches, 192, before update 1
+    assert updates == [0] * 64 + [1] * 128
     rows = metrics(online_run)
-    assert [r["online/requests"] for r in rows] == [64, 128, 192] and [r["online/pending"] for r in rows] == [0] * 3
-    assert [r["online/retrainings"] for r in rows] == [1, 2, 3]  # points 32, 74.7, 117.3 <= l(0), l(64), l(128)
+    assert [r["online/requests"] for r in rows] == [64, 192] and [r["online/pending"] for r in rows] == [0] * 2
+    assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 32 and 96: <= l(0) = 32, <= l(64) = 128
     # each training: the journal's first labels, whole batches of 8, a seed of its own (a new random head)
-    for k, num_train in enumerate([32, 72, 112]):
+    for k, num_train in enumerate([32, 96]):
         config = json.loads((online_run / "online" / f"reward_{k:02d}" / "config.json").read_text())
         assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(journal)
         assert config["seed"] == 1 + k
