@@ -369,6 +369,10 @@ class OfflineTask(Task):
     def prepare(self) -> None:
         ensure_offline_assets()
 
+    def gold_scores(self, tokenizer, responses: torch.Tensor) -> torch.Tensor:
+        """[b, r] (truncated, padded) responses -> [b] gold scores: the `gold` labeller's (labellers.py)."""
+        return gold_scores(tokenizer, responses)
+
     def extra_stats(self, tokenizer, data: dict) -> dict[str, float]:
         # the programmatic labeler's score of the update's (truncated) responses
         return {"ppo/objective/gold_score": gold_scores(tokenizer, data["postprocessed_responses"].cpu()).mean().item()}

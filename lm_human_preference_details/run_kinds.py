@@ -10,7 +10,7 @@ from typing import Optional
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
 # the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
-               "policy", "reward", "summary.json", "curves.png")
+               "policy", "reward", "summary.json", "curves.png", "online")
 SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
 
 
