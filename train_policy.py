@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import time
@@ -38,8 +39,11 @@ import tyro
 import train_reward
 from lm_human_preference_details.checkpoint import fingerprint
 from lm_human_preference_details.cli import check_at_least, check_in_range, check_positive, expand_home
+from lm_human_preference_details.entry import run_script
 from lm_human_preference_details.errors import UserError, run_main
+from lm_human_preference_details.finite import check_finite
 from lm_human_preference_details.gpt2 import compile_blocks
+from lm_human_preference_details.labellers import make_labeller
 from lm_human_preference_details.model import (
     Policy,
     RewardModel,
@@ -48,6 +52,7 @@ from lm_human_preference_details.model import (
     load_model_dir,
 )
 from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
+from lm_human_preference_details.online import LabelJournal, OnlineCollection, OnlineHParams, Schedule
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
@@ -62,7 +67,7 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks, seed_globals
-from lm_human_preference_details.run import Run, check_finite, run_script
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_args import RunArgs
 from lm_human_preference_details.tasks import TaskHParams, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
@@ -160,6 +165,8 @@ class Args(RunArgs):
     """KL penalty and reward model (preset from --task)"""
     ppo: PpoHParams = field(default_factory=PpoHParams)
     """PPO hyperparameters (preset from --task)"""
+    online: OnlineHParams = field(default_factory=OnlineHParams)
+    """online data collection (Ziegler et al. 2019, section 2.2; docs/online.md): off unless --online.num-labels"""
     base_model: str = "gpt2"
     """Hugging Face name or local directory of the initial policy (launch.py: GPT-2 124M)"""
     sample_print_interval: int = 10
@@ -185,6 +192,10 @@ class Args(RunArgs):
         ppo = self.ppo
         ppo.check()
         self.rewards.check()
+        self.online.check(self.rewards.train_new_model.labels.num_train, get_task(self.task_name))
+        if self.online.enabled and self.rewards.trained_model is not None:
+            raise UserError("--online.num-labels trains its own reward models from the labels it collects; drop "
+                            "--rewards.trained-model")
         check_at_least("--sample-print-interval", self.sample_print_interval, 1, "updates between sample tables")
         check_at_least("--save-interval", self.save_interval, 1, "updates between saves")
         # OAI lm_human_preferences/train_policy.py: nupdates = ceil_div(total_episodes, batch_size)
@@ -223,8 +234,9 @@ def build_args(task_name: str) -> Args:
                 base_model=task.base_model, task_name=task_name, **task.run)
 
 
-def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
-    """The finalized arguments of the reward run a policy run starts when --rewards.trained-model is not given."""
+def reward_run_args(args: Args, check_inputs: bool, **changes) -> train_reward.Args:
+    """The finalized arguments of the reward run a policy run starts when --rewards.trained-model is not given
+    (``changes``: an online training's labels, seed and directory)."""
     # OAI lm_human_preferences/train_policy.py: train, rewards.train_new_model (same task, run directory): its labels
     # and hyperparameters from --rewards.train-new-model.*, this run's task, base model and run options (the ranks too)
     new = args.rewards.train_new_model
@@ -232,7 +244,7 @@ def reward_run_args(args: Args, check_inputs: bool) -> train_reward.Args:
     run_options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunArgs) if f.name != "world_size"}
     run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"))
     # world_size: set by the reward run's own Ranks.start
-    reward_args = train_reward.Args(**hparams, **run_options, task=args.task, base_model=args.base_model)
+    reward_args = train_reward.Args(**{**hparams, **run_options, **changes}, task=args.task, base_model=args.base_model)
     return reward_args.finalize(check_inputs)
 
 
@@ -270,6 +282,37 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
         raise UserError(f"reward model {path} was trained with another tokenizer than {args.base_model}'s; "
                         "train it on the same base model")
     return reward_model.requires_grad_(False), hparams
+
+
+def start_online(args: Args, tokenizer, device, ranks: Ranks) -> OnlineCollection | None:
+    """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
+    if not args.online.enabled:
+        return None
+    new = args.rewards.train_new_model
+    schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
+                        args.online.retrainings)
+    journal = LabelJournal(Path(args.output_dir) / "online" / "labels.json")
+    # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
+    sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
+                                 shuffle_seed=1, labels_source=new.labels.source)
+    prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
+
+    def train(k: int, num_train: int) -> tuple[RewardModel, dict]:
+        """Training k: train_reward.py on the journal's first num_train labels, from the initial language model with
+        a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
+        labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
+        seed = (args.seed if new.seed is None else new.seed) + k
+        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed,
+                                                  output_dir=str(journal.path.parent / f"reward_{k:02d}")))
+        reward_model, _, hparams = load_model_dir(path, "reward", device)
+        rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
+        loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
+        return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
+
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name))
+    return OnlineCollection(schedule, journal, labeller, sampler, args.task,
+                            prefix, suffix, tokenizer.pad_token_id, args.seed,
+                            (args.ppo.batch_size, new.batch_size), train)
 
 
 @torch.no_grad()
@@ -429,6 +472,22 @@ def main(argv: list[str] | None = None) -> dict:
     return run_script(build_args, train, __doc__, argv)
 
 
+def kl_controller(rewards) -> AdaptiveKLController | FixedKLController:
+    """The KL coefficient's controller: adaptive towards rewards.target, or fixed (FIDELITY E4 KL controller)."""
+    # OAI lm_human_preferences/train_policy.py: AdaptiveKLController, FixedKLController
+    if rewards.adaptive_kl:
+        return AdaptiveKLController(rewards.kl_coef, rewards.target, rewards.horizon)
+    return FixedKLController(rewards.kl_coef)
+
+
+def plan_line(args: Args, ranks: Ranks, run_dir: Path) -> str:
+    """The run's sizes, ranks, device and directory, in one line printed before the first update."""
+    return (f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
+            f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
+            f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch "
+            f"{args.micro_batch_sequences or 'off'}, device {ranks.device}, run dir {run_dir}")
+
+
 def train(args: Args) -> dict:
     """Run PPO; returns the policy, the reference policy and the last stats (for tests)."""
     # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
@@ -442,13 +501,13 @@ def train(args: Args) -> dict:
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        reward_model, reward_hparams = get_reward_model(args, tokenizer, device, ranks)
+        online = start_online(args, tokenizer, device, ranks)  # trains the reward models as it collects labels
+        reward_model, reward_hparams = (None, {}) if online else get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
         policy, ref_policy = initial_policies(args, tokenizer.pad_token_id, ranks)
         optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5 TF-1 Adam
-        kl_ctl = (AdaptiveKLController(args.rewards.kl_coef, args.rewards.target, args.rewards.horizon)
-                  if args.rewards.adaptive_kl else FixedKLController(args.rewards.kl_coef))  # E4 KL controller
+        kl_ctl = kl_controller(args.rewards)  # E4 KL controller
         # E9 per-rank seeds: rank r's block of every batch (its whitening group) comes from rank r's own query stream
         sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
                                      num_ranks=args.num_ranks, ranks=ranks.held,
@@ -456,14 +515,13 @@ def train(args: Args) -> dict:
         prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
         config = dataclasses.asdict(args)
         # everything the next update depends on: a checkpoint saves it, --resume loads it into these objects
-        objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks.draws}
-        first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": fingerprint(reward_model)},
+        objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks.draws,
+                   **({"online": online} if online else {})}
+        first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": online is None and
+                                                            fingerprint(reward_model)},
                                  models={"policy": policy}, tokenizer=tokenizer)
         print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log
-        run.print(f"train_policy: {args.n_updates} updates of {args.ppo.batch_size} episodes, {args.ppo.nminibatches} "
-                  f"minibatch(es) of {args.minibatch_size}, whitening groups of {args.rank_minibatch_size} "
-                  f"({args.num_ranks} ranks on {ranks.world_size} process(es)), micro-batch "
-                  f"{args.micro_batch_sequences or 'off'}, device {device}, run dir {run.dir}")
+        run.print(plan_line(args, ranks, run.dir))
 
         stats: dict[str, float] = {}
         last = time.time()
@@ -471,6 +529,8 @@ def train(args: Args) -> dict:
         for update in run.updates(first_update, args.n_updates, "ppo", show=show):
             lr = annealed_lr(args.ppo.lr, update, args.n_updates)  # E8 lr decay: constant within an update
             set_lr(optimizer, lr)
+            if online:  # paper, section 2.2: the requests, labels and reward model trainings due before these episodes
+                reward_model, reward_hparams = online.before_episode(update, policy, (reward_model, reward_hparams))
             queries = next(sampler).to(device)  # [batch_size / world_size, query_length]: the held ranks' blocks
             # 1-4. rollout, reference log-probs, scores, rewards with the KL penalty
             kl_coef = kl_ctl.value
@@ -483,7 +543,7 @@ def train(args: Args) -> dict:
             # 6. log, adapt kl_coef (E4 KL controller, after the update, from the logged batch KL), save
             now = time.time()
             stats = update_stats(data, train_stats, kl_coef, update, args, run.elapsed, now - last, ranks, task, tokenizer)
-            stats["ppo/ppo/lr"] = lr
+            stats.update({"ppo/ppo/lr": lr, **(online.stats if online else {})})
             last = now
             run.log(stats, step=update)
             kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)

@@ -3,7 +3,7 @@
     python train_reward.py --task sentiment              # OpenAI's labels, GPT-2 124M (GPU box)
     python train_reward.py --task offline                # tiny offline assets, minutes on a CPU
 
-The algorithm (OAI lm_human_preferences/train_reward.py), in main():
+The algorithm (OAI lm_human_preferences/train_reward.py), in train() (main() parses and checks the flags):
   1. load the labels (best-of-4 over responses sampled from the initial policy);
   2. normalise the reward model on fresh policy samples to mean 0, std 1 (normalize_before);
   3. one epoch over labels.num_train labels in one seeded permutation, softmax cross-entropy
@@ -31,7 +31,9 @@ import tyro
 
 from lm_human_preference_details.cli import check_at_least, check_positive
 from lm_human_preference_details.downloads import fetch_oai
+from lm_human_preference_details.entry import run_script
 from lm_human_preference_details.errors import UserError, run_main
+from lm_human_preference_details.finite import check_finite
 from lm_human_preference_details.gpt2 import compile_blocks
 from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, RewardModel, load_lm
@@ -39,7 +41,7 @@ from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run, check_finite, run_script
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_args import RunArgs
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_labels, get_task
 from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
@@ -73,9 +75,9 @@ class RewardTrainHParams:
 
     def check_training(self) -> None:
         """The labels' and the training's numbers, each a one-line UserError naming the flag (as train_reward.py
-        takes it)."""
+        takes it); sets ``label_n``, the N of best_of_N."""
         check_at_least("--batch-size", self.batch_size, 1, "labels per training batch")
-        check_labels(self.labels)
+        self.label_n = check_labels(self.labels)
         check_at_least("--rollout-batch-size", self.rollout_batch_size, 1, "queries per sampling batch")
         check_at_least("--normalize-samples", self.normalize_samples, 1, "policy samples per normalisation")
         check_at_least("--debug-normalize", self.debug_normalize, 0, "samples re-measured (0: off)")
@@ -94,7 +96,7 @@ class Args(RunArgs, RewardTrainHParams):
     base_model: str = "gpt2"
     """Hugging Face name or local directory of the initial language model (launch.py: 124M)"""
     label_n: tyro.conf.Suppress[int] = 4
-    """N of best_of_N, read from labels.type by finalize()"""
+    """N of best_of_N, read from labels.type by check_training()"""
 
     def label_micro_batches(self, n: int, default: int | None = None) -> list[slice]:
         """The slices of ``n`` labels one forward pass takes: --micro-batch-sequences counts a label's N sequences."""
@@ -108,7 +110,6 @@ class Args(RunArgs, RewardTrainHParams):
         """
         self.check_run_options()
         self.check_training()
-        self.label_n = int(self.labels.type[8:])
         # OAI lm_human_preferences/train_reward.py: per_rank_batch_size = exact_div(batch_size, num_ranks), and the
         # query sampler's exact_div(rollout_batch_size, num_ranks)
         for name, n in (("batch_size", self.batch_size), ("rollout_batch_size", self.rollout_batch_size)):
@@ -214,6 +215,35 @@ def label_loss(reward_model: RewardModel, labels: dict[str, torch.Tensor], idx: 
     return loss, {"loss": loss, "accuracy": accuracy}
 
 
+def train_epoch(run: Run, ranks: Ranks, reward_model: RewardModel, labels: dict[str, torch.Tensor], args: Args,
+                n_batches: int) -> None:
+    """One epoch of ``n_batches`` batches over the first num_train labels in one seeded permutation drawn by rank 0, the
+    learning rate annealed linearly to 0, TF-1 Adam (FIDELITY D3 one epoch)."""
+    # OAI lm_human_preferences/train_reward.py: RewardModelTrainer.train, its loop over minibatches
+    device = ranks.device
+    optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
+    permutation = torch.from_numpy(ranks.draws.shared_permutation(args.labels.num_train))
+    for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
+                                                                 "lr": "train_reward/minibatch/lr"}):
+        start = batch * args.batch_size
+        lr = annealed_lr(args.lr, start, args.labels.num_train)
+        set_lr(optimizer, lr)
+        indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
+        optimizer.zero_grad(set_to_none=True)
+
+        def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
+            return label_loss(reward_model, labels, indices[rows], device)
+
+        # E10 gradient averaging
+        stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)
+        optimizer.step()
+        # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
+        loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()
+        check_finite(f"reward model batch {batch}", loss=loss_mean)
+        run.log({"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
+                 "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}, step=batch)
+
+
 def heldout_results(run: Run, reward_model: RewardModel, labels: dict, args: Args, device, step: int) -> dict:
     """The held-out accuracy (extra metric, none without held-out labels), logged and printed."""
     if not len(labels["best"]):
@@ -280,27 +310,7 @@ def train(args: Args) -> Path:
             normalize_and_log(reward_model, stats_fn, args, run, "normalize_before", step=0)
 
         # 3. one epoch over num_train labels, one seeded permutation drawn by rank 0 (FIDELITY D3 one epoch)
-        optimizer = TF1Adam(reward_model.parameters(), lr=args.lr, eps=1e-5)
-        permutation = torch.from_numpy(ranks.draws.shared_permutation(args.labels.num_train))
-        for batch in run.updates(0, n_batches, "reward model", show={"loss": "train_reward/minibatch/loss",
-                                                                     "lr": "train_reward/minibatch/lr"}):
-            start = batch * args.batch_size
-            lr = annealed_lr(args.lr, start, args.labels.num_train)
-            set_lr(optimizer, lr)
-            indices = ranks.rank_rows(permutation[start : start + args.batch_size])  # the held ranks' labels
-            optimizer.zero_grad(set_to_none=True)
-
-            def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
-                return label_loss(reward_model, train_labels, indices[rows], device)
-
-            # E10 gradient averaging
-            stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)
-            optimizer.step()
-            # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
-            loss_mean, accuracy_mean = ranks.mean_over_blocks(torch.stack([stats["loss"], stats["accuracy"]], 1)).tolist()
-            check_finite(f"reward model batch {batch}", loss=loss_mean)
-            run.log({"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
-                     "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}, step=batch)
+        train_epoch(run, ranks, reward_model, train_labels, args, n_batches)
 
         results = heldout_results(run, reward_model, eval_labels, args, device, step=n_batches)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.files import cannot_write_in
 
 
 def check_at_least(flag: str, value: float, minimum: float, what: str) -> None:
@@ -54,11 +54,9 @@ def check_output_dir(path: str, flag: str = "--output-dir") -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"{flag} {path} lies under the file {existing}; pass a directory path with no file in it")
-    try:  # a real probe: os.access says yes to root on a read-only or special file system
-        os.rmdir(tempfile.mkdtemp(prefix=".lmhp-write-check-", dir=existing))
-    except OSError as e:
-        raise UserError(f"{flag} {path} cannot be written (making a directory in {existing} failed: "
-                        f"{e.strerror or e}); pass a writable directory") from None
+    if (why := cannot_write_in(existing)) is not None:
+        raise UserError(f"{flag} {path} cannot be written (making a directory in {existing} failed: {why}); pass a "
+                        "writable directory")
 
 
 def check_utf8_path(flag: str, path: Path, why: str = "config.json, TensorBoard and W&B store the path as text") -> None:

@@ -3,13 +3,13 @@ CUDA GPU, else the CPU, with a warning or a refusal when a GPU was expected)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Optional
 
 import torch
 
-from lm_human_preference_details.errors import UserError, torchrun_rank
+from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.torchrun import processes_per_node, torchrun_rank
 
 
 def gpu_has_kernels(capability: tuple[int, int], arch_list: list[str]) -> bool:
@@ -129,7 +129,7 @@ def check_gpus_per_process(name: str, device: torch.device) -> None:
     """Under torchrun, each process of a node takes a GPU of its own (GPU LOCAL_RANK, ranks.setup_distributed): a fixed
     cuda:N for several processes of a node, or more processes than the node's GPUs, is one line here, before any
     process group (else NCCL refuses two processes on one GPU, or CUDA says "invalid device ordinal" in a collective)."""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # torchrun's --nproc-per-node
+    per_node = processes_per_node()
     if per_node <= 1 or device.type != "cuda":
         return
     if device.index is not None:

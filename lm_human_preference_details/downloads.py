@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from huggingface_hub import constants
+
 from lm_human_preference_details import files
 from lm_human_preference_details.errors import UserError, doing
 from lm_human_preference_details.files import atomic_path, cache_lock, sha256_of
@@ -47,8 +49,6 @@ def hub_reachable(timeout: float = 5.0) -> bool:
 
     Without it, an offline machine spends about a minute in the hub client's retries before any message.
     """
-    from huggingface_hub import constants
-
     try:
         urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout).close()
     except urllib.error.HTTPError:  # an answer, even an error page, means the hub is there
@@ -60,8 +60,6 @@ def hub_reachable(timeout: float = 5.0) -> bool:
 
 def require_hub(what: str, fix: str) -> None:
     """A one-line UserError at once when ``what`` needs the Hugging Face Hub and the hub cannot be reached."""
-    from huggingface_hub import constants
-
     if not constants.HF_HUB_OFFLINE and not hub_reachable():
         raise UserError(f"cannot reach the Hugging Face Hub ({constants.ENDPOINT}) for {what}: you appear to be offline; "
                         f"set HF_HUB_OFFLINE=1 to use what the Hugging Face cache holds, or {fix}")
@@ -74,8 +72,6 @@ def is_url(source: str) -> bool:
 
 def is_downloaded(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a copy that a download put in a cache (ours or the Hugging Face Hub's), not a user's file."""
-    from huggingface_hub import constants
-
     path = Path(path).resolve()
     return any(path.is_relative_to(Path(cache).expanduser().resolve()) for cache in (files.CACHE_DIR, constants.HF_HUB_CACHE))
 
@@ -249,7 +245,7 @@ def fetch_oai(source: str, *, cache_dir: str | os.PathLike | None = None, retrie
         # the mirror keeps OpenAI's layout without the leading labels/ (labels/sentiment/x.json -> sentiment/x.json)
         filename = source[len(OAI_URL) + 1 :].removeprefix("labels/")
         try:
-            from huggingface_hub import hf_hub_download
+            from huggingface_hub import hf_hub_download  # the hub client's download stack (~1 s): the mirror is a rare path
 
             require_hub(f"the mirror {HF_MIRROR}", "download the file on a machine with internet and pass its local path")
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import time
 from typing import Callable, Iterator
 
 from lm_human_preference_details.files import disk_full
+from lm_human_preference_details.torchrun import torchrun_rank, torchrun_world
 
 
 class UserError(Exception):
@@ -17,7 +17,7 @@ class UserError(Exception):
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGUSR1 outside a training loop (which turns it into a stop after its update, run.py): like Ctrl-C."""
+    """SIGTERM or SIGUSR1 outside a training loop (which turns it into a stop after its update, signals.py): like Ctrl-C."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -36,11 +36,6 @@ def doing(what: str) -> Iterator[None]:
         raise
 
 
-def torchrun_rank() -> str:
-    """This process's rank in a torchrun job ("0" without torchrun): only process 0 speaks for the job."""
-    return os.environ.get("RANK") or "0"
-
-
 def _raise_interrupted(signum: int, frame) -> None:
     raise Interrupted(signum)
 
@@ -52,7 +47,7 @@ def run_main(main: Callable[[], object]) -> None:
     """Call ``main``; a UserError, Ctrl-C, SIGTERM or SIGUSR1 ends the process with one line and a non-zero exit.
 
     Under torchrun every process meets the same bad input (and the same Ctrl-C), so the line comes from process 0 only
-    (say_once). A stop every process agreed on (run.Stopped: all stop after the same update) is said by process 0
+    (say_once). A stop every process agreed on (signals.Stopped: all stop after the same update) is said by process 0
     while every process exits at once, with the same status.
     """
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGUSR1)}
@@ -63,10 +58,10 @@ def run_main(main: Callable[[], object]) -> None:
             leave_quietly(e.exit_code)
         if getattr(e, "agreed", False):  # every process raised it at the same point: no one waits for process 0
             if torchrun_rank() == "0":
-                print(f"error: {e}", file=sys.stderr, flush=True)
+                print(error_line(e), file=sys.stderr, flush=True)
             previous = ignore_stop_signals(previous)
             sys.exit(e.exit_code)
-        say_once(f"error: {e}")
+        say_once(error_line(e))
         sys.exit(getattr(e, "exit_code", 2))
     except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
         if disk_full(e):
@@ -81,7 +76,7 @@ def run_main(main: Callable[[], object]) -> None:
             sys.exit(1)
         if torchrun_rank() == "0":  # an unexpected error of process 0's own (a bug): its traceback, as Python shows it
             raise
-        say_once(f"error: {type(e).__name__}: {_first_line(e)}")
+        say_once(error_line(e))
         sys.exit(1)
     except (KeyboardInterrupt, Interrupted) as e:  # reaches every process of a torchrun job: process 0 says it
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
@@ -99,11 +94,18 @@ def ignore_stop_signals(previous: dict) -> dict:
     """Under torchrun, ignore the stop signals from here to the exit (-> no handler for run_main to restore): once every
     process has agreed to end, torchrun's SIGTERM to the processes still leaving (sent as soon as the first one exits)
     must not replace the agreed line and status with another, or kill a process in the middle of leaving its group."""
-    if os.environ.get("WORLD_SIZE", "1") == "1":
+    if torchrun_world()[0] == 1:
         return previous
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     return {}
+
+
+def error_line(error: BaseException) -> str:
+    """The one line a failure prints: a UserError's message, or an unexpected error's type and first line."""
+    if isinstance(error, UserError):
+        return f"error: {error}"
+    return f"error: unexpected {type(error).__name__}: {_first_line(error)}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from lm_human_preference_details.torchrun import torchrun_rank
+
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
 BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
@@ -55,6 +57,16 @@ def _owner_gone(name: str) -> bool:
     except PermissionError:
         return False  # alive, another user's
     return False
+
+
+def cannot_write_in(directory: Path) -> str | None:
+    """Why this process cannot make an entry in the existing ``directory`` (the system's words), or None. A real probe,
+    a directory made and removed: os.access says yes to root on a read-only or special file system."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lmhp-write-check-", dir=directory))
+    except OSError as e:
+        return str(e.strerror or e)
+    return None
 
 
 def remove_leftovers(directory: str | os.PathLike) -> list[str]:
@@ -157,7 +169,7 @@ def _take(path: Path, poll_s: float) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if not said and os.environ.get("RANK", "0") == "0":  # under torchrun, process 0 says it
+            if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                 print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
             said = True

@@ -22,7 +22,7 @@ from torch import nn
 
 def supports_packing(lm: nn.Module) -> bool:
     """True for a Hugging Face GPT-2 whose blocks compute what `packed_hidden` computes."""
-    from transformers import GPT2Model
+    from transformers import GPT2Model  # transformers takes seconds to import: a flag's error line never waits for it
 
     config = lm.config
     return (isinstance(lm.base_model, GPT2Model) and not config.add_cross_attention

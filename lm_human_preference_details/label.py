@@ -39,13 +39,13 @@ from lm_human_preference_details.label_session import LabelSession, check_output
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.oai_checkpoints import resolve_policy
 from lm_human_preference_details.parsing import parse_args
+from lm_human_preference_details.policies import check_policy_path, load_policy
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks import check_seed
-from lm_human_preference_details.sample import check_policy_path, decode, load_policy
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
-from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
+from lm_human_preference_details.tokenizer import decode, encode_plain, load_tokenizer
 
 PAGE = Path(__file__).with_name("label_page.html")
 CHUNK = 64  # queries sampled per forward pass

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import HOST, TMP, remove_leftovers
+from lm_human_preference_details.files import HOST, TMP, cannot_write_in, remove_leftovers
 from lm_human_preference_details.label_journal import VERSION, Decisions, Journal, fsync_dir, journal_path
 
 # how long an item shown to one tab is kept from the others after that tab's last sign of life (the page says it is
@@ -300,6 +300,6 @@ def check_no_link_or_directory(output: Path) -> Path:
 def check_writable(directory: Path) -> None:
     """The label file's directory, or the nearest one that exists, is a directory this process can write in."""
     existing = next(p for p in (directory.absolute(), *directory.absolute().parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if not existing.is_dir() or cannot_write_in(existing) is not None:
         raise UserError(f"cannot write the label file in {directory} ({existing} is not a writable directory); pass "
                         "an --output in a directory you can write")

@@ -59,6 +59,7 @@ def disable_dropout(module: nn.Module) -> nn.Module:
 
 def load_lm(name_or_path: str, dtype: torch.dtype = torch.float32) -> nn.Module:
     """`AutoModelForCausalLM.from_pretrained(name_or_path)` with dropout off, or a one-line UserError."""
+    # transformers takes seconds to import: a flag's error line never waits for it
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+from huggingface_hub import constants
+
 from lm_human_preference_details.downloads import require_hub
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.tokenizer import N_VOCAB
@@ -83,8 +85,7 @@ def base_model_config(name_or_path: str, flag: str = "--base-model") -> dict:
     """The config of a local model directory (checked, see check_model_files) or of a hub model, before any load."""
     if is_local_model(name_or_path):
         return check_model_files(name_or_path, flag, "save or copy the model again")
-    from huggingface_hub import constants
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers takes seconds to import: a flag's error line never waits for it
 
     require_hub(f"{flag} {name_or_path}", f"pass {flag} DIR, a local model directory")
     try:
@@ -109,6 +110,7 @@ def context_length(config: dict) -> int | None:
 def check_lm_config(config: dict, name: str, needed: int = 0, sizes: str = "") -> None:
     """A policy or base model judged from its config alone, before any weight loads, else one line: a causal LM (no
     BERT), an embedding per GPT-2 token (A1 plain-text tokens), room for ``needed`` positions (``sizes``: which flags)."""
+    # transformers takes seconds to import: a flag's error line never waits for it
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED
 

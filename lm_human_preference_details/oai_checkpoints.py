@@ -203,7 +203,7 @@ def hf_gpt2_name(name: str) -> str | None:
 
 def gpt2_config(hparams: dict):
     """OAI model hparams (language/model.py: HParams) -> a GPT2Config with dropout off (FIDELITY B4 no dropout)."""
-    from transformers import GPT2Config
+    from transformers import GPT2Config  # transformers takes seconds to import: a flag's error line never waits for it
 
     missing = [k for k in ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer") if k not in hparams]
     if missing:
@@ -223,7 +223,7 @@ def convert_model_dir(model_dir: str | Path, kind: str, out: str | Path, task: d
 
     The checkpoint is ``prefix``, by default the latest one of the directory.
     """
-    from transformers import GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel  # transformers takes seconds to import: a flag's error line never waits for it
 
     model_dir = Path(model_dir)
     try:

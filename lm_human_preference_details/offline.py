@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from lm_human_preference_details import files
 from lm_human_preference_details.errors import doing
@@ -125,7 +126,10 @@ def gold_scores(tokenizer, responses: torch.Tensor) -> torch.Tensor:
 
 def tiny_gpt2(seed: int = 0, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 256):
     """A randomly initialised GPT-2-architecture LM with the real 50257-token vocabulary."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import (  # transformers takes seconds to import: a flag's error line never waits for it
+        GPT2Config,
+        GPT2LMHeadModel,
+    )
 
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=N_VOCAB, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head)
@@ -262,8 +266,6 @@ def build_assets(out: Path) -> None:
 def ship(built: Path, shipped: Path) -> None:
     """``built`` (by build_assets) -> ``shipped``: tiny-gpt2.safetensors (the weights, the shared row once) and
     labels.json.gz (labels.json's bytes)."""
-    from safetensors.torch import save_file
-
     state = load_lm(str(built / "tiny-gpt2")).state_dict()
     wte = state.pop("transformer.wte.weight")  # [V, d], tied: lm_head.weight is the same tensor
     state.pop("lm_head.weight")
@@ -282,8 +284,6 @@ def ship(built: Path, shipped: Path) -> None:
 
 def unship(shipped: Path, out: Path) -> None:
     """The inverse of `ship`: tiny-gpt2/ (with the tokenizer) and labels.json into ``out``."""
-    from safetensors.torch import load_file
-
     state = load_file(str(shipped / "tiny-gpt2.safetensors"))
     vocab, rows, shared = state.pop("wte.vocab"), state.pop("wte.rows"), state.pop("wte.shared")
     wte = shared.expand(N_VOCAB, len(shared)).clone()  # [V, d]
@@ -368,6 +368,10 @@ class OfflineTask(Task):
 
     def prepare(self) -> None:
         ensure_offline_assets()
+
+    def gold_scores(self, tokenizer, responses: torch.Tensor) -> torch.Tensor:
+        """[b, r] (truncated, padded) responses -> [b] gold scores: the `gold` labeller's (labellers.py)."""
+        return gold_scores(tokenizer, responses)
 
     def extra_stats(self, tokenizer, data: dict) -> dict[str, float]:
         # the programmatic labeler's score of the update's (truncated) responses

@@ -31,7 +31,7 @@ _DRAWING = threading.Lock()
 def _figure(rows: int, columns: int, figsize: tuple[float, float]):
     """A matplotlib Figure and its [rows, columns] axes, outside pyplot's global state: the background saver draws
     a run's curves in its own thread while training goes on."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # seconds to import: only a save and compare.py draw
 
     fig = Figure(figsize=figsize)
     return fig, fig.subplots(rows, columns, squeeze=False)

@@ -23,11 +23,8 @@ share one fused backward pass and the processes all-reduce their mean: the same 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import sys
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -42,10 +39,12 @@ import torch.distributed as dist
 if dist.is_available():
     import torch.distributed.nn  # noqa: F401
 
+from lm_human_preference_details.agreement import AgreeOnFailures
 from lm_human_preference_details.checkpoint import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.devices import pick_device
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.gradients import backward
+from lm_human_preference_details.torchrun import torchrun_world
 
 SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, seed + rank * 100003
 
@@ -84,11 +83,6 @@ def held_ranks(num_ranks: int, world_size: int, process: int) -> range:
     return range(process * per_process, (process + 1) * per_process)
 
 
-def torchrun_world() -> tuple[int, int, int]:
-    """(world size, this process's index, its local index on the node) from torchrun's environment; (1, 0, 0) without."""
-    return int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
-
-
 def setup_distributed(device: torch.device) -> torch.device:
     """Make ``device`` (cuda:N) the current CUDA device and join torchrun's process group (NCCL on CUDA, gloo on CPU)
     once; returns this process's device."""
@@ -112,9 +106,9 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-class Ranks:
+class Ranks(AgreeOnFailures):
     """The emulated ranks this process holds, the rows and blocks they take, and the collectives over processes; each
-    rank's own random draws are `draws` (RankDraws)."""
+    rank's own random draws are `draws` (RankDraws); how the processes agree on a failure, `AgreeOnFailures`."""
 
     @classmethod
     def start(cls, args, gpu_sized: bool) -> "Ranks":
@@ -215,72 +209,6 @@ class Ranks:
         """Wait until every process gets here."""
         if self.world_size > 1:
             dist.barrier()
-
-    # -------------------------------------------------------------------------- decisions that end a run
-    def agree_on(self, error: Exception | None) -> None:
-        """Every process says whether it failed; if any did, all raise together (docs/ranks.md, "When a process fails").
-
-        Call it on every process at the same point. One process alone: ``error`` is raised as it is. Under torchrun the
-        errors are gathered; process 0 prints the line of the first process that failed, then every process raises
-        `JobFailed` (already said): nobody is left waiting in a collective for a process that has gone.
-        """
-        if self.world_size == 1:
-            if error is not None:
-                raise error
-            return
-        lines: list = [None] * self.world_size
-        dist.all_gather_object(lines, None if error is None else error_line(error))
-        failed = [p for p, line in enumerate(lines) if line is not None]
-        if not failed:
-            return
-        first = failed[0]
-        line = lines[first] if first == 0 else f"{lines[first]} (process {first})"
-        if self.is_main:
-            print(line, file=sys.stderr, flush=True)  # before any shutdown step: the job's one line
-        code = getattr(error, "exit_code", 2 if isinstance(error, UserError) else 1) if error is not None else 1
-        raise JobFailed(line, code) from None
-
-    @contextlib.contextmanager
-    def agree(self) -> Iterator[None]:
-        """Every process runs the block, then they share whether it failed anywhere (`agree_on`)."""
-        error = None
-        try:
-            yield
-        except Exception as e:  # Ctrl-C and SIGTERM reach every process: they are not caught
-            error = e
-        self.agree_on(error)
-
-    @contextlib.contextmanager
-    def main_first(self) -> Iterator[None]:
-        """Process 0 runs the block first (e.g. checking and locking a run directory, building a cache), then the
-        others (reading it); each turn ends with `agree_on`, so a failure in it ends every process at once."""
-        if not self.is_main:
-            self.agree_on(None)  # process 0's turn
-        error = None
-        try:
-            yield
-        except Exception as e:
-            error = e
-        self.agree_on(error)
-        if self.is_main:
-            self.agree_on(None)  # the others' turn
-
-
-class JobFailed(UserError):
-    """A torchrun job's failure, agreed by every process: its one line is already printed (by process 0)."""
-
-    said = True
-
-    def __init__(self, line: str, exit_code: int):
-        super().__init__(line)
-        self.exit_code = exit_code
-
-
-def error_line(error: Exception) -> str:
-    """The one line a failure prints: a UserError's message, or an unexpected error's type and message."""
-    if isinstance(error, UserError):
-        return f"error: {error}"
-    return f"error: unexpected {type(error).__name__}: {error}"
 
 
 class RankDraws:

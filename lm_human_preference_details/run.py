@@ -1,5 +1,5 @@
-"""A run's life, in one place: entering its directory (--resume / --overwrite), the tracker, when to save, SIGTERM and
-SIGINT, and the non-finite guard. What a checkpoint holds is checkpoint.py's; the algorithm is the scripts'.
+"""A run's life, in one place: entering its directory (--resume / --overwrite), the tracker, when to save, stopping after
+an update on SIGTERM or SIGINT (signals.py). What a checkpoint holds is checkpoint.py's; the algorithm is the scripts'.
 
     with Run(args, "policy", inputs=[args.base_model, ...], ranks=ranks) as run:
         ...                                               # build the models and the query stream
@@ -14,14 +14,12 @@ writes what a started run saves.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
-import torch
 from torch import nn
 
 from lm_human_preference_details.checkpoint import (
@@ -33,137 +31,13 @@ from lm_human_preference_details.checkpoint import (
     save_errors,
     training_state,
 )
-from lm_human_preference_details.errors import STOP_SIGNALS, UserError, ignore_stop_signals
 from lm_human_preference_details.model import save_model_dir
-from lm_human_preference_details.parsing import parse_args
 from lm_human_preference_details.plots import draw_curves
 from lm_human_preference_details.progress import progress, write_above_progress
-from lm_human_preference_details.ranks import JobFailed, shutdown_distributed
-from lm_human_preference_details.run_dir import KINDS, RunDirectory
+from lm_human_preference_details.run_dir import RunDirectory
+from lm_human_preference_details.run_kinds import RUN_KINDS, RunKind
+from lm_human_preference_details.signals import Stopped, StopSignals, agree_after_update
 from lm_human_preference_details.tracking import Tracker
-
-T = TypeVar("T")
-
-
-class Stopped(UserError):
-    """The run stopped on SIGTERM, SIGINT or SIGUSR1 after saving what it could; exit status 128 + the signal's number.
-    Every process raises it after the same update (`agree_after_update`): process 0 alone says it, and all leave the
-    process group and exit at once (errors.run_main)."""
-
-    agreed = True
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
-
-
-# ----------------------------------------------------------------------------------------------- signals
-class StopSignals:
-    """While active, SIGTERM, SIGINT and SIGUSR1 (Slurm's --signal=USR1@T) only set ``signum``; the loop checks it at the
-    end of an update. Once the processes agreed to stop (``leaving``), leaving the block ignores them under torchrun
-    (errors.ignore_stop_signals) instead of restoring the previous handlers.
-
-    A second SIGINT (Ctrl-C twice) interrupts at once, even when both arrive while the main thread is inside one long
-    operation: Python then runs its handler once, so the handler counts the signals the C level wrote to a pipe.
-    """
-
-    SIGNALS = STOP_SIGNALS
-
-    def __init__(self):
-        self.signum: Optional[int] = None
-        self.interrupts = 0
-        self._previous: dict[int, Any] = {}
-        self._pipe: Optional[tuple[int, int]] = None
-        self._previous_fd = -1
-        self.leaving = False
-
-    def _handle(self, signum: int, frame) -> None:
-        received = []
-        if self._pipe is not None:
-            try:
-                received = list(os.read(self._pipe[0], 1024))
-            except BlockingIOError:
-                pass
-        self.interrupts += max(received.count(signal.SIGINT), int(signum == signal.SIGINT))
-        if self.interrupts >= 2:
-            raise KeyboardInterrupt
-        self.signum = self.signum or signum
-
-    def __enter__(self) -> StopSignals:
-        read, write = os.pipe()
-        os.set_blocking(read, False)
-        os.set_blocking(write, False)
-        try:
-            self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-            self._pipe = (read, write)
-        except ValueError:  # not the main thread: no pipe, one signal per handler call
-            os.close(read), os.close(write)
-        for s in self.SIGNALS:
-            self._previous[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        previous = ignore_stop_signals(self._previous) if self.leaving else self._previous
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if self._pipe is not None:
-            signal.set_wakeup_fd(self._previous_fd)
-            for fd in self._pipe:
-                os.close(fd)
-            self._pipe = None
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else ""
-
-
-def agree_after_update(ranks, stop: StopSignals, error: Optional[BaseException]) -> bool:
-    """After each update every process learns, in one all-reduce, whether a signal reached any of them (-> True:
-    all stop at this update, saving is collective; ``stop.signum`` is then the same signal on every process, the first
-    of STOP_SIGNALS that reached any, so all say and exit alike) and whether process 0's tracker or checkpoint writer
-    failed (``error``: then all raise it together, `Ranks.agree_on`: a write that failed ends the run now, not 50
-    updates later)."""
-    flags = ranks.sum(torch.tensor([float(stop.signum == s) for s in stop.SIGNALS] + [float(error is not None)]))
-    if flags[-1].item() > 0:
-        ranks.agree_on(error)
-    received = [s for s, flag in zip(stop.SIGNALS, flags[:-1].tolist()) if flag > 0]
-    if received:
-        stop.signum = received[0]
-    return bool(received)
-
-
-# ----------------------------------------------------------------------------------------------- non-finite guard
-def _finite_flags(values: Iterable[Any]) -> list[bool]:
-    """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
-    flags = []
-    for v in values:
-        if isinstance(v, nn.Module):
-            params = [p.detach() for p in v.parameters()]
-            flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True))
-        else:
-            flags.append(torch.isfinite(torch.as_tensor(v, dtype=torch.float64) if not torch.is_tensor(v) else v).all())
-    return [bool(f) for f in flags]
-
-
-def check_finite(where: str, **values: Any) -> None:
-    """Raise a one-line UserError naming the first non-finite quantity (in argument order) and ``where``."""
-    for name, ok in zip(values, _finite_flags(values.values())):
-        if not ok:
-            raise UserError(f"non-finite {name} at {where}: the run stops here and saves nothing from it (earlier "
-                            "checkpoints are kept); lower the learning rate or check the reward model and temperature")
-
-
-# ----------------------------------------------------------------------------------------------- the run
-def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
-    """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
-    train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
-    try:
-        result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
-    except (JobFailed, Stopped):  # agreed by every process: none waits in a collective any more
-        shutdown_distributed()
-        raise
-    shutdown_distributed()  # not after another failure: a peer may still wait in a collective (docs/ranks.md)
-    return result
 
 
 class RunSaves:
@@ -171,7 +45,7 @@ class RunSaves:
     update, written in the background (`BackgroundSaver`) with the models' Hugging Face directories RUN/NAME, and a
     finished model. Without ``objects`` there are no checkpoints: only `save_model`."""
 
-    def __init__(self, run_dir: Path, kind: str, ranks, keep: int, config: dict, identity: dict,
+    def __init__(self, run_dir: Path, kind: RunKind, ranks, keep: int, config: dict, identity: dict,
                  objects: Mapping[str, Any], models: Mapping[str, nn.Module], tokenizer):
         self.dir, self.kind, self.ranks = run_dir, kind, ranks
         self.config, self.identity, self.objects, self.tokenizer = config, identity, objects, tokenizer
@@ -206,7 +80,7 @@ class RunSaves:
         def write_models(copies: Mapping[str, nn.Module]) -> None:
             for name, model in copies.items():
                 save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
-            if self.kind == "policy":
+            if self.kind.curves:
                 draw_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
 
         return self.saver.save(done, state, write_models)
@@ -229,8 +103,7 @@ class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 
     def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks):
-        assert kind in KINDS
-        self.args, self.kind, self.ranks = args, kind, ranks
+        self.args, self.kind, self.ranks = args, RUN_KINDS[kind], ranks
         self.dir = Path(args.output_dir)
         self.tracker: Optional[Tracker] = None
         self.saves: Optional[RunSaves] = None  # once started
@@ -295,7 +168,7 @@ class Run:
         checkpoint = resume_checkpoint(self.resume_from, identity, quiet=not self.is_main)
         args = self.args
         self.tracker = Tracker(self.dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
-                               name=f"{self.kind}_{args.task_name}_seed{args.seed}_{int(time.time())}",
+                               name=f"{self.kind.name}_{args.task_name}_seed{args.seed}_{int(time.time())}",
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)

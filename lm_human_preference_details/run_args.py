@@ -72,6 +72,8 @@ class RunArgs:
                        "query-response sequences per forward pass (0: all)")
         if self.keep_checkpoints < 1:
             raise UserError(f"--keep-checkpoints ({self.keep_checkpoints}) must be at least 1")
+        if self.resume and self.overwrite:
+            raise UserError("--resume and --overwrite contradict each other; pass one of them")
 
     def finalize_run(self, kind: str, check_inputs: bool, labels_source: Optional[str], sequences_per_row: int = 1,
                      **sizes: int) -> None:

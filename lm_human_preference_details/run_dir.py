@@ -20,15 +20,9 @@ from typing import Callable, Iterable, Optional
 from lm_human_preference_details.checkpoint import CHECKPOINTS, CHECKSUMS, list_checkpoints
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path, remove_leftovers, sha256_of
+from lm_human_preference_details.run_kinds import RUN_ENTRIES, RUN_KINDS
 
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
-KINDS = ("reward", "policy", "sample")  # the two training scripts, and sample.py's output directory
-# what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
-# the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
-RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
-               "policy", "reward", "summary.json", "curves.png")
-SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
-FINISHED = {"reward": "reward_model"}  # a reward run is finished once its model is saved (atomically)
 # how long a process whose view of the run directory differs from process 0's looks again before the job ends: a file
 # system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
 SHARED_DIR_WAIT_S = 30.0
@@ -40,7 +34,7 @@ def read_marker(run_dir: Path) -> Optional[dict]:
         marker = json.loads((Path(run_dir) / MARKER).read_text())
     except (OSError, ValueError):
         return None
-    return marker if isinstance(marker, dict) and marker.get("kind") in KINDS else None
+    return marker if isinstance(marker, dict) and marker.get("kind") in RUN_KINDS else None
 
 
 def _described(standing: dict) -> str:
@@ -82,8 +76,6 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
     """
     if not output_dir or not output_dir.strip():
         raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; pass one of them")
     run_dir = Path(output_dir)  # expanded once by the flags' finalize (cli.expand_home)
     if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
         return "fresh"
@@ -98,8 +90,8 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
         raise UserError(f"--output-dir {output_dir} holds a {marker['kind']} run, and this is a {kind} run: "
                         f"pass another --output-dir")
     if not (resume or overwrite):
-        again = ("--overwrite to replace it, or another --output-dir" if kind == "sample" else  # sampling has no resume
-                 "--resume to continue it, or --overwrite to delete it and start again")
+        again = ("--resume to continue it, or --overwrite to delete it and start again" if RUN_KINDS[kind].resumable
+                 else "--overwrite to replace it, or another --output-dir")
         raise UserError(f"{output_dir} already holds a {kind} run; pass {again}")
     if overwrite:
         here = both_paths(run_dir)
@@ -114,8 +106,8 @@ def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, 
 
 
 def clear_run(run_dir: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> None:
-    """Delete the entries a run wrote in ``run_dir`` (``entries``: `RUN_ENTRIES`, or sample.py's `SAMPLE_ENTRIES`; a
-    sub-run's only if it has our marker); the marker, the lock and every other file stay. A link is removed as a link,
+    """Delete the entries a run wrote in ``run_dir`` (``entries``: its kind's, `RunKind.entries`; a policy run's own
+    reward run's only if it has our marker); the marker, the lock and every other file stay. A link is removed as a link,
     never entered: what it points to stays."""
     for entry in sorted(Path(run_dir).iterdir()):
         if not _is_run_entry(entry, entries):
@@ -166,15 +158,15 @@ class RunDirectory:
 
     def __init__(self, output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: list[Optional[str]],
                  say: Callable[[str], None]):
-        self.dir, self.kind, self.output_dir = Path(output_dir), kind, output_dir
+        self.dir, self.kind, self.output_dir = Path(output_dir), RUN_KINDS[kind], output_dir
         self.resume, self.overwrite, self.inputs, self.say = resume, overwrite, inputs, say
         self.lock = DirectoryLock(self.dir)
         self.made_dir = False
-        self.finished = False  # --resume found a finished model (FINISHED) to reuse
+        self.finished = False  # --resume found a finished model (RunKind.finished) to reuse
 
     def enter(self) -> None:
         """Check, lock and prepare the directory; what this run made goes if that fails (rule 5)."""
-        mode = check_run_dir(self.output_dir, self.kind, resume=self.resume, overwrite=self.overwrite,
+        mode = check_run_dir(self.output_dir, self.kind.name, resume=self.resume, overwrite=self.overwrite,
                              inputs=self.inputs)
         try:
             self._prepare(mode)
@@ -191,34 +183,35 @@ class RunDirectory:
         self.lock.acquire()
         # re-read under the lock: another run may have started here since the check
         if mode == "fresh" and any(p.name != LOCK for p in self.dir.iterdir()):
-            mode = check_run_dir(self.output_dir, self.kind, resume=self.resume, overwrite=self.overwrite,
+            mode = check_run_dir(self.output_dir, self.kind.name, resume=self.resume, overwrite=self.overwrite,
                                  inputs=self.inputs)
         remove_leftovers(self.dir)
         remove_leftovers(self.dir / "checkpoints")
-        finished = FINISHED.get(self.kind)
+        finished = self.kind.finished
         if mode == "resume" and finished and (self.dir / finished).is_dir():
-            self.say(f"resume: reusing the finished {self.kind} model {self.dir / finished}")
+            self.say(f"resume: reusing the finished {self.kind.name} model {self.dir / finished}")
             self.finished = True
             return
         if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
             self.say(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
                      "starting again")
-            clear_run(self.dir, SAMPLE_ENTRIES if self.kind == "sample" else RUN_ENTRIES)
+            clear_run(self.dir, self.kind.entries)
         elif mode == "fresh" and self.resume:
             self.say(f"resume: {self.dir} holds no run yet; starting from the beginning")
         if mode != "resume" or finished:
-            text = json.dumps({"kind": self.kind, "id": uuid.uuid4().hex[:12], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                               "by": "lm-human-preference-details"}, indent=2)
+            text = json.dumps({"kind": self.kind.name, "id": uuid.uuid4().hex[:12],
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "by": "lm-human-preference-details"}, indent=2)
             with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
                 tmp.write_text(text + "\n")
 
     def standing(self) -> dict:
         """Where the run in this directory stands, as this process sees it: its marker's id, whether it holds a
-        finished model (FINISHED), and a policy run's last checkpoint with the sha256 of its SHA256SUMS."""
-        finished = FINISHED.get(self.kind)
+        finished model (`RunKind.finished`), and the last checkpoint of a run that keeps them, with the sha256 of its
+        SHA256SUMS."""
+        finished = self.kind.finished
         try:
             marker = read_marker(self.dir)
-            found = list_checkpoints(self.dir) if self.kind == "policy" else []
+            found = list_checkpoints(self.dir) if self.kind.checkpoints else []
             sums = found[-1] / CHECKSUMS if found else None
             return {"run": marker and marker.get("id"), "finished": bool(finished and (self.dir / finished).is_dir()),
                     "checkpoint": found[-1].name if found else None,
@@ -247,7 +240,7 @@ class RunDirectory:
                             "every node must see one run: pass an absolute --output-dir on a file system all nodes "
                             "share (docs/checkpoints.md, \"Where a run stands\")")
         self.finished = stands["finished"]  # process 0 kept a finished model (an unfinished one it cleared)
-        if self.finished or not (self.resume and self.kind == "policy"):
+        if self.finished or not (self.resume and self.kind.checkpoints):
             return None
         resume_from = self.dir / CHECKPOINTS / stands["checkpoint"] if stands["checkpoint"] else None
         self.say(f"resume: continuing from {resume_from}" if resume_from else

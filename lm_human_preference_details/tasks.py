@@ -143,12 +143,14 @@ class LabelHParams:
         return dataclasses.replace(self, source=expand_home(self.source))
 
 
-def check_labels(labels: LabelHParams) -> None:
-    """The labels' own values, checked before anything loads: a positive count, a best_of_N type. Each failure is one
-    line naming the flag (as train_reward.py takes it)."""
+def check_labels(labels: LabelHParams) -> int:
+    """The labels' own values, checked before anything loads: a positive count, a best_of_N type -> N, parsed here
+    only. Each failure is one line naming the flag (as train_reward.py takes it)."""
     check_at_least("--labels.num-train", labels.num_train, 1, "the number of labels trained on")
-    if not labels.type.startswith("best_of_") or not labels.type[8:].isdigit() or int(labels.type[8:]) < 2:
+    n = labels.type.removeprefix("best_of_")
+    if not labels.type.startswith("best_of_") or not n.isdigit() or int(n) < 2:
         raise UserError(f"labels.type {labels.type!r} is not supported; use best_of_N, N >= 2 (e.g. best_of_4)")
+    return int(n)
 
 
 @dataclass

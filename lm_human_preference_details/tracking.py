@@ -20,7 +20,7 @@ class Tracker:
         self.enabled = enabled
         if not enabled:
             return
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # a second or more to import: process 0 alone writes
 
         self.run_dir = Path(run_dir)
         metrics = self.run_dir / "metrics.jsonl"
@@ -40,7 +40,7 @@ class Tracker:
         self.jsonl = open(metrics, "w" if resume_step is None else "a")  # one run per directory (checkpoint.py)
         self.wandb = None
         if track:
-            import wandb
+            import wandb  # seconds to import, and only with --track
 
             self.wandb = wandb.init(project=project, entity=entity, name=name, config=config, dir=str(self.run_dir),
                                     id=wandb_id, resume="allow" if wandb_id else None)
@@ -77,7 +77,7 @@ class Tracker:
         body = "".join("| " + " | ".join(str(c).replace("|", "/").replace("\n", " ") for c in r) + " |\n" for r in rows)
         self.writer.add_text(name, header + body, step)
         if self.wandb is not None:
-            import wandb
+            import wandb  # seconds to import, and only with --track
 
             self.wandb.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
 

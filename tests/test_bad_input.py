@@ -158,7 +158,7 @@ def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, ca
 LATE_SIGTERM = """
 import atexit, os, signal, sys, time
 from lm_human_preference_details.errors import run_main
-from lm_human_preference_details.run import Stopped
+from lm_human_preference_details.signals import Stopped
 
 def torchrun_stopping_a_process_still_leaving():
     os.kill(os.getpid(), signal.SIGTERM)

@@ -19,7 +19,8 @@ from conftest import drive
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.run import Stopped, check_finite
+from lm_human_preference_details.finite import check_finite
+from lm_human_preference_details.signals import Stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 

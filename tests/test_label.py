@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from label_helpers import (
 )
 
 from lm_human_preference_details import files, label, label_session
+from lm_human_preference_details.cli import check_output_dir
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.label_journal import journal_path
 from lm_human_preference_details.label_session import LabelSession
@@ -147,6 +149,16 @@ def test_an_output_inside_a_file_is_refused_before_anything_is_sampled(tmp_path)
     with pytest.raises(UserError, match="is not a writable directory"):
         LabelSession.resume(tmp_path / "notes" / "labels.json", FLAGS)
     assert [p.name for p in tmp_path.iterdir()] == ["notes"] and (tmp_path / "notes").read_text() == "mine"
+
+
+def test_an_output_where_nothing_can_be_written_is_refused_although_os_access_says_yes(monkeypatch):
+    """/proc takes no new entry, even from root, to whom os.access says yes (made to say so for every user here): the
+    label tool probes as the run's --output-dir check does."""
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
+    with pytest.raises(UserError, match="/proc is not a writable directory"):
+        LabelSession.resume(Path("/proc/lmhp-labels/labels.json"), FLAGS)
+    with pytest.raises(UserError, match="cannot be written"):
+        check_output_dir("/proc/lmhp-labels")
 
 
 def test_a_second_server_on_one_output_is_refused(tmp_path):

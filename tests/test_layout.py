@@ -62,6 +62,50 @@ def test_the_package_has_no_import_cycle():
     assert "offline" not in set().union(*(deps for name, deps in graph.items() if name != "offline"))  # demo at the edge
 
 
+def test_the_commands_share_policy_loading_and_import_no_command():
+    """sample.py and label.py are commands: both load policies through policies.py, and no module imports either."""
+    importers = {p.stem for p in PACKAGE.rglob("*.py") if imports_of(p) & {"sample", "label"}}
+    assert {"policies"} <= imports_of(PACKAGE / "sample.py") & imports_of(PACKAGE / "label.py")
+    assert not importers, importers
+
+
+def unexplained_imports(source: str, name: str) -> list[str]:
+    """The imports inside a function of ``source`` whose group of import lines has no comment (why they wait) on its
+    first line or the line above it."""
+    lines = source.splitlines()
+
+    def explained(i: int) -> bool:  # i: the import's line index
+        while i > 0 and lines[i - 1].strip().startswith(("import ", "from ")):
+            i -= 1
+        return "#" in lines[i] or lines[i - 1].strip().startswith("#")
+
+    return [f"{name}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+            for function in ast.walk(ast.parse(source)) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not explained(node.lineno - 1)]
+
+
+def test_an_import_inside_a_function_says_why():
+    """An import belongs at the top of its module; one that waits (a heavy import on a rare path) says why in a comment.
+    queries/ has its own owner (issue 44's query wing)."""
+    assert unexplained_imports("def f():\n    import json\n", "m.py") == ["m.py:2: import json"]
+    assert not unexplained_imports("def f():\n    import json  # rare\n", "m.py")
+    sources = [p for p in PACKAGE.glob("*.py")] + [ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    found = [f for p in sources for f in unexplained_imports(p.read_text(), p.name)]
+    assert not found, found
+
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def test_torchrun_environment_is_read_in_one_place():
+    """torchrun.py alone reads torchrun's variables: every other module asks it, so none can read them differently."""
+    sources = [*PACKAGE.rglob("*.py"), ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    readers = sorted(str(p.relative_to(ROOT)) for p in sources
+                     if p.name != "torchrun.py" and any(f'"{name}"' in p.read_text() for name in TORCHRUN_VARIABLES))
+    assert '"RANK"' in (PACKAGE / "torchrun.py").read_text() and not readers, readers
+
+
 def test_every_module_says_its_job():
     for path in PACKAGE.glob("*.py"):
         doc = ast.get_docstring(ast.parse(path.read_text()))
@@ -154,6 +198,16 @@ def test_no_module_class_or_function_is_over_its_size():
     found += [f for script in ("train_policy.py", "train_reward.py")
               for f in too_long((ROOT / script).read_text(), script, whole_module=False)]
     assert not found, found
+
+
+# a script's train() is the paper's outline (STYLE.md "In the scripts"): its steps are named calls, so it stays shorter
+SCRIPT_TRAIN_LINES = 70
+
+
+def test_each_scripts_train_reads_as_an_outline():
+    for script in ("train_policy.py", "train_reward.py"):
+        train = script_train((ROOT / script).read_text())
+        assert train.end_lineno - train.lineno + 1 <= SCRIPT_TRAIN_LINES, f"{script}: train() is over {SCRIPT_TRAIN_LINES}"
 
 
 def test_the_size_check_sees_each_kind():

@@ -255,7 +255,7 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     new = args.rewards.train_new_model
     changed = {"seed": 7, "num_ranks": 4, "exact_ranks": True, "micro_batch_sequences": 8, "output_dir": "/tmp/p",
                "device": "cpu", "tf32": False, "compile": True, "track": True, "wandb_project": "p",
-               "wandb_entity": "e", "resume": True, "overwrite": True, "keep_checkpoints": 3, "task_name": "tldr"}
+               "wandb_entity": "e", "resume": True, "overwrite": False, "keep_checkpoints": 3, "task_name": "tldr"}
     assert set(changed) == {f.name for f in dataclasses.fields(RunArgs)} - {"world_size"}  # set by Ranks.start
     for name, value in changed.items():
         setattr(args, name, value)
@@ -273,3 +273,5 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     assert reward_args.task == args.task.resolved()
     new.seed = 11  # --rewards.train-new-model.seed, when given, seeds the reward run alone
     assert train_policy.reward_run_args(args, check_inputs=False).seed == 11
+    args.resume, args.overwrite = False, True  # the two contradict each other (check_run_options): one at a time
+    assert train_policy.reward_run_args(args, check_inputs=False).overwrite

@@ -20,12 +20,16 @@ import pytest
 import torch
 from conftest import drive
 
+import train_policy
+import train_reward
 from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details import model, ranks, tasks, tokenizer
+from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run, Stopped, StopSignals
+from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
+from lm_human_preference_details.signals import Stopped, StopSignals
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,12 +95,35 @@ def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path
     assert read_marker(out)["kind"] == "policy" and (out / "metrics.jsonl").exists()
     with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
         fake_train(out)
-    with pytest.raises(UserError, match="contradict"):
-        fake_train(out, resume=True, overwrite=True)
     with pytest.raises(UserError, match="--output-dir is empty"):
         fake_train("")
     (tmp_path / "empty").mkdir()
     fake_train(tmp_path / "empty")  # an empty directory is as good as a new one
+
+
+@pytest.mark.parametrize("script", ["train_reward", "train_policy"])
+def test_resume_with_overwrite_is_one_line_before_any_model_or_process_group(script, tmp_path, monkeypatch, capsys):
+    """A run in --output-dir, both flags: the one error line comes from the flags' checks, before a task's assets are
+    built, a model or tokenizer loads, or torchrun's process group is joined (each of which fails the test here)."""
+    out = tmp_path / "run"
+    fake_train(out, kind=script.split("_")[1])
+    before = snapshot(out)
+    capsys.readouterr()  # the fake run's progress bar
+
+    def too_soon(*args, **kwargs):
+        pytest.fail("reached before the flags were all checked")
+
+    for module, name in ((ranks, "setup_distributed"), (model, "load_lm"), (tokenizer, "load_tokenizer"),
+                         (tasks.Task, "prepare"), (train_reward, "load_lm"), (train_policy, "load_lm"),
+                         (train_reward, "load_tokenizer"), (train_policy, "load_tokenizer")):
+        monkeypatch.setattr(module, name, too_soon)
+    main = {"train_reward": train_reward.main, "train_policy": train_policy.main}[script]
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: main(["--task", "offline", "--output-dir", str(out), "--resume", "--overwrite"]))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: --resume and --overwrite contradict each other; pass one of them\n", err
+    assert snapshot(out) == before
 
 
 def test_a_run_of_the_other_kind_is_refused_with_every_flag(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details import sample
+from lm_human_preference_details import policies, sample
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
 from lm_human_preference_details.tokenizer import load_tokenizer
@@ -139,7 +139,7 @@ def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
 
     fixture = Path(__file__).parent / "fixtures" / "oai_tiny_run" / "policy"
     local = resolve_policy(str(fixture), cache_dir=tmp_path)
-    policy, base = sample.load_policy(local, load_tokenizer(local), 0.7, "cpu")
+    policy, base = policies.load_policy(local, load_tokenizer(local), 0.7, "cpu")
     assert base == "gpt2"  # OpenAI's policies were fine-tuned from GPT-2 124M: --compare initial loads it
     assert policy.temperature == 0.7 and policy.n_vocab == EXPECTED_VOCAB
 

@@ -1,0 +1,243 @@
+"""The paper's online data collection (online.py): the schedule at hand-computed points, the flags, and a small online
+run of the offline task with the gold labeller, uninterrupted and killed then resumed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lm_human_preference_details import offline
+from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.labels import load_best_of_n_labels
+from lm_human_preference_details.online import Schedule
+from lm_human_preference_details.tokenizer import gpt2_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_labels_wanted_is_the_papers_formula_at_hand_computed_points():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
+    # l(n) = 100 + 400 * (1 - (1 - n / 1000)^2)
+    assert s.labels_wanted(0) == 100
+    assert s.labels_wanted(250) == pytest.approx(100 + 400 * (1 - 0.75**2))  # 275
+    assert s.labels_wanted(500) == pytest.approx(400)
+    assert s.labels_wanted(1000) == 500
+
+
+def test_requests_go_out_while_fewer_than_l_n_plus_the_margin():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
+    assert s.should_request(1099, 0) and not s.should_request(1100, 0)
+    assert s.should_request(1399, 500) and not s.should_request(1400, 500)
+    assert not Schedule(100, 500, 1000, margin=0, retrainings=3).should_request(100, 0)
+
+
+def test_trainings_happen_at_evenly_spaced_values_of_l_n():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=0, retrainings=3)
+    assert s.training_points() == [100, 200, 300, 400]
+    # l(n) = 200 where (1 - n / 1000)^2 = 0.75: n = 1000 * (1 - sqrt(0.75)) = 133.97
+    assert s.trainings_due(0) == 1 and s.trainings_due(133) == 1 and s.trainings_due(134) == 2
+    assert s.trainings_due(999) == 4  # the last a step short of N_r: l(n) reaches 500 only after the last episode
+    assert [s.training_labels(k, batch_size=32) for k in range(4)] == [96, 192, 288, 384]  # whole batches
+    paper = Schedule(initial_labels=1000, final_labels=20000, total_episodes=10**6, margin=1000, retrainings=19)
+    assert len(paper.training_points()) == 20 and paper.training_points()[1] == 1950
+    assert Schedule(100, 100, 1000, margin=0, retrainings=19).training_points() == [100]  # the offline limit
+
+
+def online_args(*flags: str):
+    import train_policy
+
+    args = train_policy.build_args("offline")
+    return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--online.num-labels", "100"], "--online.num-labels"),  # fewer than N_r^0 (1536)
+    (["--online.num-labels", "2048", "--online.labeller", "human"], "--online.labeller 'human'"),
+    (["--online.num-labels", "2048", "--online.margin", "-1"], "--online.margin"),
+    (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
+    (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
+    (["--online.num-labels", "2048", "--online.timeout", "0"], "--online.timeout is 0"),
+])
+def test_bad_online_flags_are_one_line_each(flags, message):
+    with pytest.raises(UserError, match=message):
+        online_args(*flags)
+    assert not online_args().online.enabled  # off by default
+
+
+def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
+    import train_policy
+
+    args = train_policy.build_args("sentiment")
+    args.online.num_labels = 10**6
+    with pytest.raises(UserError, match="--online.labeller gold needs a task with a gold scorer"):
+        args.finalize(check_inputs=False)
+
+
+SMALL = ["--task", "offline", "--ppo.total-episodes", "128", "--save-interval", "1", "--sample-print-interval", "100",
+         "--rewards.train-new-model.labels.num-train", "32", "--rewards.train-new-model.normalize-samples", "32",
+         "--rewards.train-new-model.rollout-batch-size", "32", "--rewards.train-new-model.eval-labels", "16",
+         "--online.num-labels", "160", "--online.retrainings", "1", "--online.margin", "16"]
+
+
+def policy_command(run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train_policy.py"), *SMALL, "--output-dir", str(run_dir), *extra]
+
+
+def environment(cache: Path) -> dict:
+    return {**os.environ, "LMHP_CACHE": str(cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+            "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def online_run(tmp_path_factory, offline_cache) -> Path:
+    """A small uninterrupted online run: 2 updates of 64 episodes, N_r^0 = 32, N_r = 160, 1 + 1 trainings."""
+    run_dir = tmp_path_factory.mktemp("online") / "run"
+    result = subprocess.run(policy_command(run_dir), capture_output=True, text=True, env=environment(offline_cache),
+                            cwd=run_dir.parent, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(w in k for w in ("time", "fps", "elapsed"))} for r in rows]
+
+
+def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
+    tokenizer = gpt2_tokenizer()
+    journal = online_run / "online" / "labels.json"
+    labels = load_best_of_n_labels(journal, n=4, query_length=offline.QUERY_LENGTH,
+                                   response_length=offline.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
+    gold = offline.gold_scores(tokenizer, labels["samples"].reshape(-1, offline.RESPONSE_LENGTH)).view(-1, 4)
+    assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
+    updates = [r["update"] for r in json.loads(journal.read_text())]
+    # l(0) + margin = 48 -> one batch of 64 requests before update 0; l(64) + margin = 32 + 128 * (1 - (1/2)^2) + 16
+    # = 144 -> two more batches, 192, before update 1
+    assert updates == [0] * 64 + [1] * 128
+    rows = metrics(online_run)
+    assert [r["online/requests"] for r in rows] == [64, 192] and [r["online/pending"] for r in rows] == [0] * 2
+    assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 32 and 96: <= l(0) = 32, <= l(64) = 128
+    # each training: the journal's first labels, whole batches of 8, a seed of its own (a new random head)
+    for k, num_train in enumerate([32, 96]):
+        config = json.loads((online_run / "online" / f"reward_{k:02d}" / "config.json").read_text())
+        assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(journal)
+        assert config["seed"] == 1 + k
+        assert rows[k]["online/retraining/labels"] == num_train
+        assert 0 <= rows[k]["online/retraining/heldout_accuracy"] <= 1 and rows[k]["online/retraining/loss"] > 0
+    assert json.loads((online_run / "summary.json").read_text())["trained/kl"] > 0
+
+
+def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, tmp_path, offline_cache):
+    """kill -9 once the second training has begun, then --resume: the journal, metrics and policy of the
+    uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's)."""
+    run_dir = tmp_path / "run"
+    env = environment(offline_cache)
+    process = subprocess.Popen(policy_command(run_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                               cwd=tmp_path, start_new_session=True)
+    deadline = time.time() + 900
+    while not (run_dir / "online" / "reward_01").exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (run_dir / "summary.json").exists()  # killed before its end
+    result = subprocess.run(policy_command(run_dir, "--resume"), capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+    assert metrics(run_dir) == metrics(online_run)
+    for name in ("model.safetensors", "head.pt"):  # the policy's weights, its value head
+        assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
+
+
+class FakePolicy:
+    """Samples token ids 1..99 from the generator it is given: [b, length]."""
+
+    head = torch.nn.Linear(1, 1)
+
+    def sample(self, contexts, length, generator):
+        return {"responses": torch.randint(1, 100, (len(contexts), length), generator=generator)}
+
+
+class FakeSampler:
+    """Batches of 4 queries [4, 2]; counts its batches as a query sampler does (its state)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __next__(self):
+        self.n += 1
+        return torch.full((4, 2), self.n)
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+class SkipEveryThird:
+    def __init__(self):
+        self.asked = 0
+
+    def label(self, queries, samples):
+        answers = [None if (self.asked + i) % 3 == 2 else 0 for i in range(len(queries))]
+        self.asked += len(queries)
+        return answers
+
+
+def collection(journal_path: Path, trained: list):
+    from types import SimpleNamespace
+
+    from lm_human_preference_details.online import LabelJournal, OnlineCollection
+
+    schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
+    task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
+
+    def train(k, num_train):
+        trained.append((k, num_train))
+        return f"model {k}", {"last_loss": 1.0 + k}
+
+    return OnlineCollection(schedule, LabelJournal(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
+                            (16, 4), train)
+
+
+def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
+    """4 updates of 16 episodes; l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38; points 8, 16, 24, 32."""
+    trained: list = []
+    online = collection(tmp_path / "labels.json", trained)
+    model = None
+    seen = []
+    for update in range(4):
+        model, _ = online.before_episode(update, FakePolicy(), (model, {}))
+        seen.append((online.stats["online/labels"], online.stats["online/retrainings"], model))
+        if update == 1:
+            state = copy.deepcopy(online.state_dict())
+    # requests (skipped ones not counted) reach l(n) + 2: 11 >= 10, 24 >= 24, 35 >= 34, 40 >= 40
+    assert [s[0] for s in seen] == [11, 24, 35, 40]
+    assert [s[1] for s in seen] == [1, 2, 4, 4] and seen[-1][2] == "model 3"
+    assert trained == [(0, 8), (1, 16), (2, 24), (3, 32)]  # whole batches of 4 at each point
+    assert online.stats["online/wait_time"] >= 0 and online.stats["online/pending"] == 0
+    records = json.loads((tmp_path / "labels.json").read_text())
+    assert len(records) == 40 and {r["best"] for r in records} == {0}
+    assert [r["update"] for r in records].count(0) == 11
+
+    # a resumed run from the checkpoint after update 1 (before update 2): the journal cut back to it, the last
+    # training's model reloaded, then the same requests and trainings
+    trained.clear()
+    resumed = collection(tmp_path / "labels.json", trained)
+    resumed.labeller.asked = 24 + 24 // 2  # the labeller's own count (36 asked, 12 skipped) as it stood
+    resumed.load_state_dict(state)
+    assert len(json.loads((tmp_path / "labels.json").read_text())) == 24
+    model, hparams = resumed.before_episode(2, FakePolicy(), (None, {}))
+    assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
+    resumed.before_episode(3, FakePolicy(), (model, hparams))
+    assert json.loads((tmp_path / "labels.json").read_text()) == records
