@@ -38,6 +38,7 @@ from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
+from lm_human_preference_details.torchrun import torchrun_world
 
 LABELLERS = ("gold", "command")
 BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
@@ -87,7 +88,7 @@ class OnlineHParams:
         if self.labeller == "gold" and not hasattr(task, "gold_scores"):
             raise UserError("--online.labeller gold needs a task with a gold scorer (--task offline); pass another "
                             "--online.labeller")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if torchrun_world()[0] > 1:
             raise UserError("online collection runs in one process for now; run without torchrun (--num-ranks "
                             "emulates the ranks in one process)")
 
