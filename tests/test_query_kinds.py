@@ -12,9 +12,10 @@ from typing import ClassVar
 
 import pytest
 import torch
+from test_bad_input import one_error_line
 
 from lm_human_preference_details import tasks
-from lm_human_preference_details.errors import UserError, run_main
+from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import make_query_sampler
 from lm_human_preference_details.queries.batches import RankBatches
 from lm_human_preference_details.queries.registry import SOURCES
@@ -100,15 +101,6 @@ def nothing_heavy(monkeypatch):
                 if callable(getattr(module, attr, None)):
                     monkeypatch.setattr(module, attr, heavy)
     monkeypatch.setattr(torch.distributed, "init_process_group", heavy)
-
-
-def one_error_line(capsys, main, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        run_main(lambda: main([str(a) for a in argv]))
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and "Traceback" not in out + err, err[-2000:]
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    return err.strip()
 
 
 def test_a_start_text_with_a_baseline_source_is_refused_before_the_reward_models_load(assets, tmp_path, capsys,
