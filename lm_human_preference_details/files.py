@@ -199,6 +199,25 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def synced_temporary(final: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file beside ``final`` (named as a write under way, so `remove_leftovers` knows it),
+    fsynced and readable as the umask allows (mkstemp makes it owner-only) -> its path, for the caller to link or
+    rename into place and then remove; a write that fails removes it."""
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
 @contextlib.contextmanager
 def new_or_ours(final: str | os.PathLike, ours: Callable[[Path], bool]) -> Iterator[Path]:
     """Yield a temporary path beside the file ``final``; when the block succeeds, put it at ``final`` only where no

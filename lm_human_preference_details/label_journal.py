@@ -12,13 +12,12 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import HOST, TMP
+from lm_human_preference_details.files import synced_temporary
 
 VERSION = 1  # of the journal's format
 N_SAMPLES = 4  # best_of_4, the type of every label file OpenAI released
@@ -141,15 +140,8 @@ class Journal:
         """A new journal of ``header`` alone, written whole under a temporary name and linked into place (refused if a
         file appeared there meanwhile), then locked."""
         path = journal_path(output)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{path.name}~", dir=output.parent)
+        tmp = synced_temporary(path, json.dumps(header).encode() + b"\n")
         try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file's journal need not be
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(header).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
             os.link(tmp, path)  # link() never follows or replaces what is at path, a dangling link included
         except FileExistsError:
             raise UserError(f"{path} appeared while the items were sampled; pass another --output") from None

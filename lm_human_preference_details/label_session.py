@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import HOST, TMP, cannot_write_in, remove_leftovers
+from lm_human_preference_details.files import cannot_write_in, remove_leftovers, synced_temporary
 from lm_human_preference_details.label_journal import VERSION, Decisions, Journal, fsync_dir, journal_path
 
 # how long an item shown to one tab is kept from the others after that tab's last sign of life (the page says it is
@@ -59,15 +58,8 @@ def write_label_file(output: Path, data: bytes, previous: Optional[tuple[int, in
     the label file this session wrote last, replaced only if it is still the file there; None: a first write, linked
     into place, so that it never replaces a file that appeared meanwhile."""
     remove_leftovers(output.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{output.name}~", dir=output.parent)
+    tmp = synced_temporary(output, data)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it owner-only; a label file need not be
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         if previous is None or not os.path.lexists(output):  # a first write, or the user removed the file
             try:
                 os.link(tmp, output)  # never follows or replaces what is at output, a dangling link included

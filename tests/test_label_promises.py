@@ -141,7 +141,7 @@ def small_disk(tmp_path, monkeypatch):
         def no_space(*args, **kwargs):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        yield disk, lambda spare: monkeypatch.setattr(label_session.tempfile, "mkstemp", no_space), monkeypatch.undo
+        yield disk, lambda spare: monkeypatch.setattr(files.tempfile, "mkstemp", no_space), monkeypatch.undo
         return
     filler = disk / "filler"
 
