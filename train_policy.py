@@ -284,14 +284,17 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
-def start_online(args: Args, tokenizer, device, ranks: Ranks) -> OnlineCollection | None:
-    """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
+def start_online(args: Args, tokenizer, device, ranks: Ranks, resumed: bool) -> OnlineCollection | None:
+    """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None.
+    ``resumed``: the run continues from a checkpoint, which says how much of the journal it keeps."""
     if not args.online.enabled:
         return None
     new = args.rewards.train_new_model
     schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
                         args.online.retrainings)
     journal = LabelJournal(Path(args.output_dir) / "online" / "labels.json")
+    if not resumed:  # a --resume that found no checkpoint starts again: the killed run's records are made again
+        journal.keep(0)
     # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
     sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
                                  shuffle_seed=1, labels_source=new.labels.source)
@@ -501,7 +504,8 @@ def train(args: Args) -> dict:
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        online = start_online(args, tokenizer, device, ranks)  # trains the reward models as it collects labels
+        # trains the reward models as it collects labels
+        online = start_online(args, tokenizer, device, ranks, resumed=run.resume_from is not None)
         reward_model, reward_hparams = (None, {}) if online else get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 

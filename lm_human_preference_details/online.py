@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import torch
 
-from lm_human_preference_details.checkpoint import rng_state, set_rng_state
+from lm_human_preference_details.checkpoint import event, rng_state, set_rng_state
 from lm_human_preference_details.cli import check_at_least
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
@@ -241,6 +241,7 @@ class OnlineCollection:
         self.journal.add(queries, samples, best, update, self.pad_id)
         self.batches += 1
         self.requests += sum(b is not None for b in best)
+        event(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
 
     def training(self, k: int) -> tuple:
         """Training k (or its saved model), from the initial model with a new head; the policy run's random state

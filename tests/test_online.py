@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import drive
 
 from lm_human_preference_details import offline
 from lm_human_preference_details.errors import UserError
@@ -136,18 +136,43 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
     assert json.loads((online_run / "summary.json").read_text())["trained/kl"] > 0
 
 
-def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, tmp_path, offline_cache):
-    """kill -9 once the second training has begun, then --resume: the journal, metrics and policy of the
+# Where each case kills the run (SIGKILL) before it is resumed, as events of the run's hook (conftest.drive); "A | B":
+# event B right after A. The small run's events: online-request 1; training 0's batches, update 0..3; the policy's
+# update 0; checkpoint-writing 1; online-request 2, 3; training 1's batches, update 0..11; the policy's update 1; ...
+KILLS = {
+    # while requests are labelled: before the first checkpoint (a resume finds none and starts again), then between
+    # the two request batches before update 1 (the journal written past checkpoint 1)
+    "labelling": ["online-request 1", "online-request 2"],
+    "retraining": ["online-request 3 | update 0"],  # the second training's first batch
+    "ppo": ["update 11 | update 1"],  # the policy's update 1 done, not yet saved
+}
+
+
+def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
+    """Run (or --resume) the small online run with the events hook on, SIGKILL it at the event ``at``."""
+    events = run_dir.parent / f"events_{at.replace(' ', '_')}"
+    process = subprocess.Popen(policy_command(run_dir, *(["--resume"] if resume else [])), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**env, "LMHP_TEST_EVENTS": str(events)},
+                               cwd=run_dir.parent)
+    seen: list[str] = []
+
+    def act(event: str) -> None:
+        seen.append(event)
+        if " | ".join(seen[-2:]) == at or (" | " not in at and event == at):
+            os.kill(process.pid, signal.SIGKILL)
+
+    code, _ = drive(process.pid, events, act)
+    assert code == -signal.SIGKILL, f"not killed at {at!r}; events {seen}"
+
+
+@pytest.mark.parametrize("case", list(KILLS))
+def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, tmp_path, offline_cache, case):
+    """kill -9 while labelling, in a retraining or in PPO, then --resume: the journal, metrics and policy of the
     uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's)."""
     run_dir = tmp_path / "run"
     env = environment(offline_cache)
-    process = subprocess.Popen(policy_command(run_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                               cwd=tmp_path, start_new_session=True)
-    deadline = time.time() + 900
-    while not (run_dir / "online" / "reward_01").exists() and process.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    for i, at in enumerate(KILLS[case]):
+        killed_at(run_dir, env, at, resume=i > 0)
     assert not (run_dir / "summary.json").exists()  # killed before its end
     result = subprocess.run(policy_command(run_dir, "--resume"), capture_output=True, text=True, env=env, cwd=tmp_path,
                             timeout=900)
