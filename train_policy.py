@@ -231,7 +231,7 @@ def build_args(task_name: str) -> Args:
     task = get_task(task_name)
     new_model = NewRewardModel(labels=task.labels, **task.train_reward)
     return Args(task=task.task, rewards=RewardHParams(**task.rewards, train_new_model=new_model), ppo=PpoHParams(**task.ppo),
-                base_model=task.base_model, task_name=task_name, **task.run)
+                online=OnlineHParams(**task.online), base_model=task.base_model, task_name=task_name, **task.run)
 
 
 def reward_run_args(args: Args, check_inputs: bool, **changes) -> train_reward.Args:

@@ -398,3 +398,12 @@ def task() -> OfflineTask:
         run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
         gpu_sized=False,  # minutes on a CPU: --device auto keeps the CPU
     )
+
+
+def online_task() -> OfflineTask:
+    """The offline preset online (paper, section 2.2; docs/online.md): the gold scorer labels samples of the current
+    policy; as many labels in all as the offline preset trains on (N_r), a quarter of them (N_r^0) before PPO."""
+    preset = task()
+    preset.labels.num_train = NUM_TRAIN // 4  # N_r^0 = 384: the paper's summarisation runs began with a few labels
+    preset.online = {"num_labels": NUM_TRAIN, "labeller": "gold", "margin": preset.ppo["batch_size"]}  # N_r = 1536
+    return preset

@@ -168,6 +168,8 @@ class Task:
     base_model: str = "gpt2"
     run: dict = dataclasses.field(default_factory=dict)
     """RunArgs defaults of both scripts (the offline demo: --exact-ranks)"""
+    online: dict = dataclasses.field(default_factory=dict)
+    """train_policy.py's OnlineHParams fields (empty: online collection off; offline-online: the offline demo online)"""
     heldout_query_dataset: Optional[str] = None
     """a local query file held out for evaluation, when the task's corpus is local (the original's datasets have modes)"""
     gpu_sized: bool = True
@@ -220,8 +222,10 @@ PRESETS: dict[str, Callable[[], Task]] = {
     "tldr": lambda: _summaries("tldr", "tldr-17", "body", "", None, 0.7, 0.03),  # tldr-2019: OpenAI's subset files
     "cnndm": lambda: _summaries("cnndm", "cnndm", "text", "Article:\n\n", "\n", 0.5, 0.01),
 }
-# Tasks that are not in the original, by module: each module has a `task() -> Task` (README: the offline task)
-EXTRA_TASKS: dict[str, str] = {"offline": "lm_human_preference_details.offline"}
+# Tasks that are not in the original, as "module:function" with the function -> Task (README: the offline task;
+# docs/online.md: the offline task online)
+EXTRA_TASKS: dict[str, str] = {"offline": "lm_human_preference_details.offline:task",
+                               "offline-online": "lm_human_preference_details.offline:online_task"}
 TASK_NAMES = (*PRESETS, *EXTRA_TASKS)
 
 
@@ -231,5 +235,6 @@ def get_task(name: str) -> Task:
         return PRESETS[name]()
     if name in EXTRA_TASKS:
         # loaded by name, never imported: the package stays free of the offline demo (tests/test_layout.py)
-        return importlib.import_module(EXTRA_TASKS[name]).task()
+        module, function = EXTRA_TASKS[name].split(":")
+        return getattr(importlib.import_module(module), function)()
     raise UserError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")

@@ -52,10 +52,10 @@ def test_trainings_happen_at_evenly_spaced_values_of_l_n():
     assert Schedule(100, 100, 1000, margin=0, retrainings=19).training_points() == [100]  # the offline limit
 
 
-def online_args(*flags: str):
+def online_args(*flags: str, task: str = "offline"):
     import train_policy
 
-    args = train_policy.build_args("offline")
+    args = train_policy.build_args(task)
     return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)
 
 
@@ -80,6 +80,26 @@ def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
     args.online.num_labels = 10**6
     with pytest.raises(UserError, match="--online.labeller gold needs a task with a gold scorer"):
         args.finalize(check_inputs=False)
+
+
+def test_the_offline_online_preset_is_the_offline_task_online_with_a_quarter_of_its_labels_first(capsys):
+    import train_policy
+    from lm_human_preference_details.parsing import parse_args
+
+    offline_args, online = train_policy.build_args("offline"), train_policy.build_args("offline-online")
+    total = offline_args.rewards.train_new_model.labels.num_train  # the labels the offline task trains on
+    assert (total, online.online.num_labels, online.rewards.train_new_model.labels.num_train) == (1536, 1536, 384)
+    assert online.online.labeller == "gold" and online.online.margin == 64 and online.online.retrainings == 19
+    assert not offline_args.online.enabled
+    # everything else is the offline preset's
+    online.online, online.task_name = offline_args.online, "offline"
+    online.rewards.train_new_model.labels.num_train = total
+    assert online == offline_args
+    assert online_args(task="offline-online").online.num_labels == 1536  # its flags check
+    with pytest.raises(SystemExit):
+        parse_args(train_policy.build_args, "train_policy", ["--task", "offline-online", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "offline-online" in shown and "(default: 1536)" in shown
 
 
 SMALL = ["--task", "offline", "--ppo.total-episodes", "128", "--save-interval", "1", "--sample-print-interval", "100",
