@@ -1,13 +1,18 @@
-"""Run the offline task for several seeds and write a markdown table of what it measured.
+"""Run the offline task for several seeds, offline or online or both, and write a markdown table of what it measured.
 
     python benchmarks/offline.py --seeds 1 2 3 --out benchmarks/results/offline.md
+    python benchmarks/offline.py --modes offline online --seeds 1 2 3 4 5 --out online.md
 
-Each seed is one `python train_policy.py --task offline --seed S` (reward model, then PPO) in a
-subprocess, timed end to end; the numbers come from the summary.json each run writes, the wall time goes
-beside it (benchmark.json). With --reuse, a seed whose run directory holds both is not run again: seeds
-run apart (two invocations side by side) then make one table. Below the
-table: mean and min..max per column, whether every seed met the task's three targets (TARGETS), and whether
-each seed's summary falls inside the ranges the README's results line states (README_RANGES).
+Each seed of a mode is one `python train_policy.py --task TASK --seed S` in a subprocess, timed end to end: mode
+`offline` runs `--task offline` (the reward model trained once on the label file, then PPO), mode `online` runs
+`--task offline-online` (the paper's online collection with the gold labeller, docs/online.md). The numbers come
+from the summary.json each run writes; beside it (benchmark.json) go the wall time and the held-out accuracy of the
+run's FINAL reward model on best-of-4 requests sampled from its FINAL policy, against the gold scorer's picks
+(`final_policy_accuracy`): the distribution shift the paper's online collection exists to fix. With --reuse, a seed
+whose run directory holds both is not run again: seeds and modes run apart (invocations side by side) then make one
+table. Below each mode's table: mean and min..max per column, whether every seed met the task's three targets
+(TARGETS), and for mode offline whether each seed's summary falls inside the ranges the README's results line
+states (README_RANGES).
 A benchmark, not a test: nothing here asserts, and the exit status is 0 either way.
 """
 
@@ -22,8 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
+MODES = {"offline": "offline", "online": "offline-online"}  # mode -> the --task its runs take
+FINAL_ACCURACY = "final_policy/rm_accuracy"  # `final_policy_accuracy`, kept in benchmark.json
 COLUMNS = [
+    (FINAL_ACCURACY, "final RM acc. on final-policy samples (gold)"),
     ("reward_model/heldout_accuracy", "RM held-out acc. (gold)"),
     ("initial/gold_mean", "gold before"),
     ("initial/gold_std", "gold std before"),
@@ -76,21 +86,65 @@ def readme_check(rows: dict[int, dict], ranges: dict[str, tuple[float, float, in
     return "Against the README's stated ranges:\n" + "\n".join(lines) + f"\n\n{verdict}\n"
 
 
-def run_seed(seed: int, out_dir: Path, extra: list[str], reuse: bool = False) -> dict:
-    """One end-to-end run (or, with ``reuse``, the finished one in its run directory); returns its summary plus the
-    wall time."""
-    run_dir = out_dir / f"seed{seed}"
-    if reuse and (run_dir / "summary.json").exists() and (run_dir / "benchmark.json").exists():
-        return {**json.loads((run_dir / "summary.json").read_text()), **json.loads((run_dir / "benchmark.json").read_text())}
-    start = time.perf_counter()
-    # --overwrite: the benchmark owns its run directories, a re-run replaces the last one's
-    result = subprocess.run([sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--seed", str(seed),
-                             "--output-dir", str(run_dir), "--overwrite", *extra], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"error: seed {seed} failed: {result.stderr.strip().splitlines()[-1]}")
-    seconds = {"seconds": time.perf_counter() - start}
-    (run_dir / "benchmark.json").write_text(json.dumps(seconds))
-    return {**json.loads((run_dir / "summary.json").read_text()), **seconds}
+def run_dir_of(out_dir: Path, mode: str, seed: int) -> Path:
+    """A seed's run directory: seedS for mode offline (as before there were modes), MODE_seedS for the others."""
+    return out_dir / (f"seed{seed}" if mode == "offline" else f"{mode}_seed{seed}")
+
+
+def run_seed(seed: int, mode: str, out_dir: Path, extra: list[str], reuse: bool = False, queries: int = 256) -> dict:
+    """One end-to-end run of ``mode`` (or, with ``reuse``, the finished one in its run directory); returns its summary
+    plus the wall time and the final reward model's accuracy on the final policy's samples (on ``queries``)."""
+    run_dir = run_dir_of(out_dir, mode, seed)
+    bench = run_dir / "benchmark.json"
+    if not (reuse and (run_dir / "summary.json").exists() and bench.exists()):
+        start = time.perf_counter()
+        # --overwrite: the benchmark owns its run directories, a re-run replaces the last one's
+        result = subprocess.run([sys.executable, str(ROOT / "train_policy.py"), "--task", MODES[mode], "--seed", str(seed),
+                                 "--output-dir", str(run_dir), "--overwrite", *extra], capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"error: {mode} seed {seed} failed: {result.stderr.strip().splitlines()[-1]}")
+        bench.write_text(json.dumps({"seconds": time.perf_counter() - start}))
+    measured = json.loads(bench.read_text())
+    if FINAL_ACCURACY not in measured:  # a run benchmarked before this column existed: measured once, then kept
+        measured[FINAL_ACCURACY] = final_policy_accuracy(run_dir, queries)
+        bench.write_text(json.dumps(measured))
+    return {**json.loads((run_dir / "summary.json").read_text()), **measured}
+
+
+def final_reward_model(run_dir: Path) -> Path:
+    """The reward model a run ended with: online its last training's (RUN/online/reward_KK), else the one it trained
+    before PPO (RUN/reward)."""
+    trainings = sorted((run_dir / "online").glob("reward_*/reward_model"))
+    return trainings[-1] if trainings else run_dir / "reward" / "reward_model"
+
+
+def final_policy_accuracy(run_dir: Path, n: int = 256, seed: int = 12345) -> float:
+    """`best_of_four_accuracy` of the run's final reward model on its final policy (the task as the run had it)."""
+    from lm_human_preference_details.model import load_model_dir
+    from lm_human_preference_details.tasks import TaskHParams
+
+    task = TaskHParams(**json.loads((run_dir / "config.json").read_text())["task"])
+    reward_model, tokenizer, _ = load_model_dir(final_reward_model(run_dir), "reward")
+    policy, _, _ = load_model_dir(run_dir / "policy", "policy", temperature=task.temperature)
+    return best_of_four_accuracy(policy, reward_model.score, tokenizer, task, n, seed)
+
+
+@torch.no_grad()
+def best_of_four_accuracy(policy, score, tokenizer, task, n: int, seed: int) -> float:
+    """How often ``score`` ([4n, q] queries, [4n, r] responses -> [4n]) picks the gold scorer's best of four samples of
+    ``policy``, on ``n`` held-out queries (offline.heldout_queries, the summary's ``seed``): requests drawn as the
+    online collection draws them (truncated), labelled by the gold labeller; ties go to the first, as gold's."""
+    from lm_human_preference_details import offline
+    from lm_human_preference_details.labellers import GoldLabeller
+    from lm_human_preference_details.online import BEST_OF
+    from lm_human_preference_details.ppo import truncate_responses
+
+    queries = offline.heldout_queries(tokenizer, task, n, seed).repeat_interleave(BEST_OF, dim=0)  # [4n, q]
+    responses = policy.sample(queries, task.response_length, generator=torch.Generator().manual_seed(seed))["responses"]
+    samples = truncate_responses(responses, task.truncate_token, task.truncate_after, tokenizer.pad_token_id)  # [4n, r]
+    gold = torch.tensor(GoldLabeller(tokenizer, offline.gold_scores).label(queries[::BEST_OF], samples.view(n, BEST_OF, -1)))
+    picks = score(queries, samples).view(n, BEST_OF).argmax(1)  # [n]
+    return (picks == gold).double().mean().item()
 
 
 def table(rows: dict[int, dict]) -> str:
@@ -125,23 +179,36 @@ def versions() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["offline"],
+                        help="offline: --task offline; online: --task offline-online (docs/online.md)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/offline.md"))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_offline"))
     parser.add_argument("--reuse", action="store_true", help="take a seed's finished run from --runs-dir, if there")
+    parser.add_argument("--final-queries", type=int, default=256,
+                        help="held-out queries (4 samples each) of the final reward model's accuracy on the final policy")
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from lm_human_preference_details.offline import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
-    rows = {s: run_seed(s, args.runs_dir, args.extra, args.reuse) for s in args.seeds}
+    rows = {m: {s: run_seed(s, m, args.runs_dir, args.extra, args.reuse, args.final_queries) for s in args.seeds}
+            for m in args.modes}
     extra = ["--", *args.extra] if args.extra else []
-    command = " ".join(["python benchmarks/offline.py --seeds", *map(str, args.seeds), *(["--reuse"] if args.reuse else []),
-                        *extra])
-    text = f"Offline task {VERSION}, {len(rows)} seeds (`{command}`)"
+    modes = ["--modes", *args.modes] if args.modes != ["offline"] else []
+    queries = ["--final-queries", str(args.final_queries)] if args.final_queries != 256 else []
+    command = " ".join(["python benchmarks/offline.py", *modes, "--seeds", *map(str, args.seeds),
+                        *(["--reuse"] if args.reuse else []), *queries, *extra])
+    text = f"Offline task {VERSION}, {len(args.seeds)} seeds (`{command}`)"
     text += f"; seed {args.seeds[0]} built the assets (fresh cache).\n\n" if fresh else "; assets cached before.\n\n"
     text += f"Versions: {versions()}; python {sys.version.split()[0]}.\n\n"
-    text += table(rows) + "\n" + targets(rows) + "\n" + readme_check(rows, readme_ranges((ROOT / "README.md").read_text()))
+    for mode, mode_rows in rows.items():
+        if len(rows) > 1:
+            text += f"## {mode}: `--task {MODES[mode]}`\n\n"
+        text += table(mode_rows) + "\n" + targets(mode_rows)
+        if mode == "offline":
+            text += "\n" + readme_check(mode_rows, readme_ranges((ROOT / "README.md").read_text()))
+        text += "\n" if len(rows) > 1 else ""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)

@@ -10,6 +10,9 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [1, 2]
 
@@ -20,15 +23,29 @@ def parse(markdown: str) -> dict[str, list[str]]:
     return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
 
 
-def test_offline_benchmark_table(tmp_path, offline_cache):
-    out, runs = tmp_path / "offline.md", tmp_path / "runs"
+def bench_env(offline_cache: Path) -> dict:
     # one thread per run, as test_offline's end-to-end run: beside a second test suite two threads spin at OpenMP's
     # barriers, and this test passed its 900 s timeout (2026-11-25, shared 2-core VM)
-    env = {**os.environ, "LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def offline_bench(tmp_path_factory, offline_cache):
+    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, out, runs, command, result)."""
+    tmp_path = tmp_path_factory.mktemp("bench")
+    out, runs = tmp_path / "offline.md", tmp_path / "runs"
     command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", *map(str, SEEDS), "--out", str(out),
-               "--runs-dir", str(runs), "--", "--ppo.total-episodes", "64",  # 1 PPO update per seed
+               "--runs-dir", str(runs), "--final-queries", "16", "--",
+               "--ppo.total-episodes", "64",  # 1 PPO update per seed
                "--rewards.train-new-model.labels.num-train", "64"]  # 8 reward-model batches: the table is the point
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    result = subprocess.run(command, capture_output=True, text=True, env=bench_env(offline_cache), cwd=tmp_path,
+                            timeout=900)
+    return tmp_path, out, runs, command, result
+
+
+def test_offline_benchmark_table(offline_bench, offline_cache):
+    tmp_path, out, runs, command, result = offline_bench
+    env = bench_env(offline_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     text = out.read_text()
     assert text in result.stdout
@@ -44,6 +61,8 @@ def test_offline_benchmark_table(tmp_path, offline_cache):
         assert row["RM held-out acc. (gold)"] == round(summaries[s]["reward_model/heldout_accuracy"], 3)
         assert row["gain (initial stds)"] == round(summaries[s]["gold_gain_in_initial_stds"], 3)
         assert row["final KL"] == round(summaries[s]["trained/kl"], 3)
+        measured = json.loads((runs / f"seed{s}" / "benchmark.json").read_text())
+        assert row["final RM acc. on final-policy samples (gold)"] == round(measured["final_policy/rm_accuracy"], 3)
         assert row["wall time (s)"] > 0
     # the summary rows: mean and min..max of the seed rows
     for i, title in enumerate(titles):
@@ -103,3 +122,68 @@ def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
         lowest, highest = min(column), max(column)
         scale = 10**decimals  # the README rounds its range outwards to the decimals it states
         assert (low, high) == (math.floor(round(lowest * scale, 6)) / scale, math.ceil(round(highest * scale, 6)) / scale), key
+
+
+# the online mode at its smallest: N_r^0 = 64, N_r = 128, two request batches of 64 before the one PPO update, one
+# training on the first 64 labels (the other 64 held out)
+ONLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-train", "64", "--online.num-labels", "128",
+          "--online.margin", "64"]
+
+
+def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path):
+    _, _, runs, command, result = offline_bench
+    assert result.returncode == 0, result.stderr[-3000:]
+    bench, env = command[:2], bench_env(offline_cache)
+    online = subprocess.run([*bench, "--modes", "online", "--seeds", "1", "--out", str(tmp_path / "online.md"),
+                             "--runs-dir", str(runs), "--final-queries", "16", "--", *ONLINE],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert online.returncode == 0, online.stderr[-3000:]
+    config = json.loads((runs / "online_seed1" / "config.json").read_text())
+    assert config["task_name"] == "offline-online" and config["online"]["num_labels"] == 128
+    both = subprocess.run([*bench, "--modes", "offline", "online", "--seeds", "1", "--reuse", "--out",
+                           str(tmp_path / "both.md"), "--runs-dir", str(runs), "--final-queries", "16"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert both.returncode == 0, both.stderr[-3000:]
+    sections = (tmp_path / "both.md").read_text().split("\n## ")[1:]
+    assert [s.splitlines()[0] for s in sections] == ["offline: `--task offline`", "online: `--task offline-online`"]
+    assert "README's ranges" in sections[0] and "README's ranges" not in sections[1]  # its ranges are offline's
+    for name, section in zip(("seed1", "online_seed1"), sections):
+        table = parse(section)
+        row = dict(zip(table["seed"], map(float, table["1"])))
+        summary = json.loads((runs / name / "summary.json").read_text())
+        measured = json.loads((runs / name / "benchmark.json").read_text())
+        assert row["RM held-out acc. (gold)"] == round(summary["reward_model/heldout_accuracy"], 3)
+        assert row["final RM acc. on final-policy samples (gold)"] == round(measured["final_policy/rm_accuracy"], 3)
+
+
+def test_the_final_reward_model_is_the_runs_last_and_its_accuracy_the_share_of_gold_picks(tmp_path, monkeypatch,
+                                                                                          offline_cache):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from offline import best_of_four_accuracy, final_reward_model
+
+    from lm_human_preference_details import files, offline
+    from lm_human_preference_details.model import Policy, load_lm
+    from lm_human_preference_details.tasks import get_task
+    from lm_human_preference_details.tokenizer import load_tokenizer
+
+    # the final reward model: online the last training's, offline the one trained before PPO
+    assert final_reward_model(tmp_path / "offline") == tmp_path / "offline" / "reward" / "reward_model"
+    for k in (0, 1, 2):
+        (tmp_path / "online" / "online" / f"reward_{k:02d}" / "reward_model").mkdir(parents=True)
+    assert final_reward_model(tmp_path / "online") == tmp_path / "online" / "online" / "reward_02" / "reward_model"
+    # the accuracy, on the offline task's initial policy: 1 for a scorer that is the gold scorer; for one that always
+    # picks the first sample, the share of requests whose gold best (ties to the first) is the first, counted here on
+    # the decoded texts
+    monkeypatch.setattr(files, "CACHE_DIR", offline_cache)
+    preset = get_task("offline")
+    preset.prepare()
+    tokenizer, task = load_tokenizer(preset.base_model), preset.task.resolved()  # as a run's config holds it
+    policy = Policy(load_lm(preset.base_model), tokenizer.pad_token_id, task.temperature)
+    gold = lambda queries, samples: offline.gold_scores(tokenizer, samples)  # noqa: E731
+    assert best_of_four_accuracy(policy, gold, tokenizer, task, 16, seed=7) == 1.0
+    seen = []
+    first = lambda queries, samples: seen.append(samples) or torch.zeros(len(samples))  # noqa: E731
+    accuracy = best_of_four_accuracy(policy, first, tokenizer, task, 16, seed=7)
+    texts = [tokenizer.decode([t for t in s if t != tokenizer.pad_token_id]) for s in seen[0].tolist()]
+    scores = [[offline.gold_score(t) for t in texts[i : i + 4]] for i in range(0, 64, 4)]
+    assert accuracy == sum(s.index(max(s)) == 0 for s in scores) / 16 < 1  # not every request a tie
