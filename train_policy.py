@@ -284,7 +284,7 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
-def start_online(args: Args, tokenizer, device, ranks: Ranks) -> OnlineCollection | None:
+def start_online(args: Args, tokenizer, device, say) -> OnlineCollection | None:
     """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
     if not args.online.enabled:
         return None
@@ -309,10 +309,12 @@ def start_online(args: Args, tokenizer, device, ranks: Ranks) -> OnlineCollectio
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
         return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
 
-    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name))
-    return OnlineCollection(schedule, journal, labeller, sampler, args.task,
-                            prefix, suffix, tokenizer.pad_token_id, args.seed,
-                            (args.ppo.batch_size, new.batch_size), train)
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent)
+    online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
+                              prefix, suffix, tokenizer.pad_token_id, args.seed,
+                              (args.ppo.batch_size, new.batch_size), train)
+    online.say = say  # the line PPO prints while it waits for labels, above the progress bar
+    return online
 
 
 @torch.no_grad()
@@ -501,7 +503,7 @@ def train(args: Args) -> dict:
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        online = start_online(args, tokenizer, device, ranks)  # trains the reward models as it collects labels
+        online = start_online(args, tokenizer, device, run.print)  # trains the reward models as it collects labels
         reward_model, reward_hparams = (None, {}) if online else get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 
@@ -552,6 +554,8 @@ def train(args: Args) -> dict:
                 run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
                 for q, r, s, k, t in rows:
                     run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
+        if online:
+            online.close()  # the page's server stops with the run
 
     if ranks.is_main:
         print(f"saved policy to {run.dir / 'policy'}")

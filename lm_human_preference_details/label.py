@@ -260,17 +260,21 @@ class LabelServer(http.server.ThreadingHTTPServer):
     # it never lets a second server bind a port a live one listens on (that stays "in use")
     allow_reuse_address = True
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, flags: tuple[str, str] = ("--host", "--port")):
+        """Bound on ``host``:``port``; ``flags``: the names of the flags that set them, for the one-line errors."""
+        host_flag, port_flag = flags
+        if not 0 <= port <= 65535:
+            raise UserError(f"{port_flag} {port} is not a TCP port; pass 1..65535, or 0 for any free port")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         try:
             super().__init__((host, port), PageHandler)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise UserError(f"--port {port} is in use on {host}; stop what uses it or pass another --port "
-                                "(0: any free port)") from None
-            raise UserError(f"cannot serve on --host {host} --port {port} ({e.strerror or e}); pass an address of "
-                            "this machine (127.0.0.1: this machine only)") from None
+                raise UserError(f"{port_flag} {port} is in use on {host}; stop what uses it or pass another "
+                                f"{port_flag} (0: any free port)") from None
+            raise UserError(f"cannot serve on {host_flag} {host} {port_flag} {port} ({e.strerror or e}); pass an "
+                            "address of this machine (127.0.0.1: this machine only)") from None
         self.names = {"localhost", host.lower(), socket.gethostname().lower()}
         self.page = PAGE.read_bytes()
         self.session: Optional[LabelSession] = None

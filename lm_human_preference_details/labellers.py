@@ -1,5 +1,14 @@
-"""Who labels the online collection's requests (online.py): one interface, `label(queries, samples) -> answers`,
-an answer the index of the best of the four samples, or None for a request the labeller skipped.
+"""Who labels the online collection's requests (online.py): one interface, asynchronous where the labeller is.
+
+    submit(requests, record)   hand over requests (online_answers.Request); each answer is passed to ``record`` (which
+                               makes it durable) before it is handed back
+    poll(timeout)              -> the [(request, answer)] given since the last poll, waiting up to ``timeout`` seconds
+                               for one; an answer is the index of the best of the four samples, or None (skipped)
+    waiting_for()              -> where PPO's labels come from, for the line the run prints while it waits
+    close()                    stop what the labeller started
+
+gold and command answer each request as it is submitted (`AnswersAtOnce`); the page (page_labeller.py) answers as
+people label.
 
     gold      a task's gold scorer (the offline task's: offline.py): the sample with the highest gold score, ties to
               the first, exactly as the offline task's label file was made (offline.make_labels)
@@ -16,14 +25,40 @@ import selectors
 import shlex
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.online_answers import Request
+from lm_human_preference_details.page_labeller import PageLabeller
 
 
-class GoldLabeller:
+class AnswersAtOnce:
+    """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
+
+    ready: tuple = ()  # [(request, answer)] answered since the last poll
+
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        queries = torch.tensor([r.query for r in requests])  # [b, query_length]
+        samples = torch.tensor([r.samples for r in requests])  # [b, 4, response_length]
+        for request, best in zip(requests, self.label(queries, samples)):
+            self.answered(request, best, record)
+
+    def answered(self, request: Request, best: Optional[int], record: Callable[[Request, Optional[int]], None]) -> None:
+        record(request, best)
+        self.ready = (*self.ready, (request, best))
+
+    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int]]]:
+        ready, self.ready = self.ready, ()
+        return list(ready)
+
+    def close(self) -> None:
+        pass
+
+
+class GoldLabeller(AnswersAtOnce):
     """A programmatic labeller: it answers every request at once."""
 
     def __init__(self, tokenizer, gold_scores: Callable[[object, torch.Tensor], torch.Tensor]):
@@ -35,8 +70,11 @@ class GoldLabeller:
         gold = self.gold_scores(self.tokenizer, samples.reshape(b * n, r)).view(b, n)  # [b, 4]
         return [max(range(n), key=lambda i: (scores[i], -i)) for scores in gold.tolist()]
 
+    def waiting_for(self) -> str:
+        return "the gold scorer"
 
-class CommandLabeller:
+
+class CommandLabeller(AnswersAtOnce):
     """The user's program, started once and asked one request at a time; a program that dies, hangs past the
     timeout or answers anything but an index or `skip` ends the run with one line (a checkpoint resumes it)."""
 
@@ -53,15 +91,24 @@ class CommandLabeller:
 
     def label(self, queries: torch.Tensor, samples: torch.Tensor) -> list[Optional[int]]:
         """[b, q] queries, [b, 4, r] truncated and padded samples -> b answers (an index, or None: skipped)."""
+        return [self.answer(query, four) for query, four in zip(queries.tolist(), samples.tolist())]
+
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        """Each request asked in turn, its answer recorded as it comes (a kill loses none the program gave)."""
+        for request in requests:
+            self.answered(request, self.answer(request.query, request.samples), record)
+
+    def answer(self, query: list[int], four: list[list[int]]) -> Optional[int]:
+        """One request asked: the query and its four samples as texts and tokens, without pads."""
         pad = self.tokenizer.pad_token_id
-        answers = []
-        for query, four in zip(queries.tolist(), samples.tolist()):
-            query = [t for t in query if t != pad]
-            responses = [[t for t in s if t != pad] for s in four]
-            request = {"id": self.asked, "query": self.tokenizer.decode(query), "query_tokens": query,
-                       "responses": [self.tokenizer.decode(s) for s in responses], "response_tokens": responses}
-            answers.append(self.ask(request, len(four)))
-        return answers
+        query = [t for t in query if t != pad]
+        responses = [[t for t in s if t != pad] for s in four]
+        request = {"id": self.asked, "query": self.tokenizer.decode(query), "query_tokens": query,
+                   "responses": [self.tokenizer.decode(s) for s in responses], "response_tokens": responses}
+        return self.ask(request, len(four))
+
+    def waiting_for(self) -> str:
+        return f"--online.command {self.command!r}"
 
     def ask(self, request: dict, n: int) -> Optional[int]:
         """Send one request, read its answer line within the timeout."""
@@ -112,8 +159,11 @@ class CommandLabeller:
                 self.process.wait()
 
 
-def make_labeller(online, tokenizer, task):
-    """The labeller --online.labeller names (``online``: OnlineHParams, checked) for ``task`` (a tasks.Task)."""
+def make_labeller(online, tokenizer, task, task_hparams, directory: Path):
+    """The labeller --online.labeller names (``online``: OnlineHParams, checked) for ``task`` (a tasks.Task; its
+    hparams, ``task_hparams``, for the texts the page shows); ``directory``: RUN/online, where answers are recorded."""
     if online.labeller == "gold":
         return GoldLabeller(tokenizer, task.gold_scores)
+    if online.labeller == "page":
+        return PageLabeller(online.host, online.port, tokenizer, task_hparams, directory / "answers.jsonl")
     return CommandLabeller(online.command, tokenizer, online.timeout)
