@@ -201,6 +201,7 @@ class OnlineCollection:
         self.trainings = 0
         self.waited = 0.0
         self.reload = False  # a resumed run loads its last training's model before its first episode
+        self.fresh = True  # no checkpoint loaded: a journal left by a run killed before its first checkpoint is redone
         self.stats: dict[str, float] = {}  # the last before_episode's metrics
 
     def state_dict(self) -> dict:
@@ -214,6 +215,7 @@ class OnlineCollection:
         self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
+        self.fresh = False
 
     def close(self) -> None:
         """Stop the labeller (the page's server) and close the answers' record."""
@@ -227,6 +229,9 @@ class OnlineCollection:
         if self.reload:  # the model of the last training before the checkpoint, saved in its own run directory
             current = self.training(self.trainings - 1)
             self.reload = False
+        if self.fresh:  # its answers are in the record: the requests made again get them from there
+            self.journal.keep(0)
+            self.fresh = False
         start = time.time()
         self.submit(self.unsent)
         self.unsent = []

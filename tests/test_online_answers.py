@@ -158,3 +158,19 @@ for line in sys.stdin:
     resumed.close()
     assert len(log.read_text().splitlines()) == asked_before  # every answer came from the record
     assert (tmp_path / "labels.json").read_bytes() == given
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_its_journal(tmp_path):
+    first = SlowLabeller()
+    online = collection(tmp_path / "labels.json", first, [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    given = json.loads((tmp_path / "labels.json").read_text())
+    online.answers.close()  # killed: no checkpoint to resume from, so the run starts from its beginning
+
+    second = SlowLabeller()
+    again = collection(tmp_path / "labels.json", second, [])
+    again.before_episode(0, FakePolicy(), (None, {}))
+    journal = json.loads((tmp_path / "labels.json").read_text())
+    assert journal[: len(given)] == given  # the same labels once, from the record, then those given now
+    assert len(journal) == len(given) + second.given - second.given // 3
+    assert not set(second.asked) & set(first.asked[: first.given])
