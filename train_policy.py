@@ -554,8 +554,6 @@ def train(args: Args) -> dict:
                 run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
                 for q, r, s, k, t in rows:
                     run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
-        if online:
-            online.close()  # the page's server stops with the run
 
     if ranks.is_main:
         print(f"saved policy to {run.dir / 'policy'}")

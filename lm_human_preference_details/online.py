@@ -15,9 +15,9 @@ than l(n) + margin, so labellers always have work; the reward model trains befor
 random head, one epoch over the labels so far, normalised as the offline reward model is (train_reward.py).
 
 This module holds the schedule (`Schedule`), the run's journal of labels in OpenAI's best-of-4 schema
-(`LabelJournal`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's (the
-page's page_labeller.py's), every answer's durable record online_answers.py's, the reward model's training
-train_reward.py's, called back by train_policy.py.
+(`LabelJournal`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's,
+every answer's durable record online_answers.py's, the reward model's training train_reward.py's, called back by
+train_policy.py.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from lm_human_preference_details.checkpoint import rng_state, set_rng_state
 from lm_human_preference_details.cli import check_at_least
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.labellers import check_can_serve
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
-from lm_human_preference_details.page_labeller import check_can_serve
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
 from lm_human_preference_details.torchrun import torchrun_world
@@ -241,6 +241,8 @@ class OnlineCollection:
             self.wait_for_labels(wanted, n, update, policy)
         labels = len(self.journal)
         self.waited += time.time() - start
+        if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
+            self.labeller.close()  # the page's server stops
         self.stats = {}
         while self.trainings < self.schedule.trainings_due(n):
             current = self.training(self.trainings)

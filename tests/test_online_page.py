@@ -1,4 +1,4 @@
-"""The `page` labeller (page_labeller.py): a small online run of the offline task labelled in headless Chromium to its
+"""The `page` labeller (labellers.PageLabeller): a small online run of the offline task labelled in headless Chromium to its
 end; a run killed with labels given past its last checkpoint, resumed, keeps every one and asks none again; a port in
 use or a bad address is one line before anything loads.
 
