@@ -284,7 +284,7 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
-def start_online(args: Args, tokenizer, device, say) -> OnlineCollection | None:
+def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | None:
     """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
     if not args.online.enabled:
         return None
@@ -313,7 +313,8 @@ def start_online(args: Args, tokenizer, device, say) -> OnlineCollection | None:
     online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
                               prefix, suffix, tokenizer.pad_token_id, args.seed,
                               (args.ppo.batch_size, new.batch_size), train)
-    online.say = say  # the line PPO prints while it waits for labels, above the progress bar
+    online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
+    online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
     return online
 
 
@@ -503,7 +504,7 @@ def train(args: Args) -> dict:
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        online = start_online(args, tokenizer, device, run.print)  # trains the reward models as it collects labels
+        online = start_online(args, tokenizer, device, run)  # trains the reward models as it collects labels
         reward_model, reward_hparams = (None, {}) if online else get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 

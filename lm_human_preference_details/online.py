@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
+from lm_human_preference_details.signals import Stopped
 from lm_human_preference_details.torchrun import torchrun_world
 
 LABELLERS = ("gold", "command", "page")
@@ -194,6 +196,7 @@ class OnlineCollection:
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
         self.answers = AnswerLog(journal.path.with_name("answers.jsonl"))
         self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
+        self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's (train_policy.py sets it)
         self.requests = 0  # requests answered with a label or still pending: a skipped one is not counted
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
@@ -216,11 +219,6 @@ class OnlineCollection:
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
-
-    def close(self) -> None:
-        """Stop the labeller (the page's server) and close the answers' record."""
-        self.labeller.close()
-        self.answers.close()
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -274,6 +272,9 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
+            if (signum := self.stop_received()) is not None:  # the labels may never come: stop now, not after them
+                raise Stopped(f"stopped by {signal.Signals(signum).name} while PPO waited for labels before episode "
+                              f"{n}; every label given is kept (online/answers.jsonl): --resume continues", signum)
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if time.monotonic() - last >= PROGRESS_S:

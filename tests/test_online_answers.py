@@ -150,12 +150,13 @@ for line in sys.stdin:
     online.before_episode(1, FakePolicy(), (None, {}))
     asked_before = len(log.read_text().splitlines())
     given = (tmp_path / "labels.json").read_bytes()
-    online.close()
+    online.labeller.close()
+    online.answers.close()
 
     resumed = collection(tmp_path / "labels.json", CommandLabeller(command, tokenizer, timeout=60), [])
     resumed.load_state_dict(state)
     resumed.before_episode(1, FakePolicy(), (None, {}))
-    resumed.close()
+    resumed.labeller.close()
     assert len(log.read_text().splitlines()) == asked_before  # every answer came from the record
     assert (tmp_path / "labels.json").read_bytes() == given
 
@@ -174,3 +175,23 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_
     assert journal[: len(given)] == given  # the same labels once, from the record, then those given now
     assert len(journal) == len(given) + second.given - second.given // 3
     assert not set(second.asked) & set(first.asked[: first.given])
+
+
+class NoAnswers(SlowLabeller):
+    """Nobody labels: requests are taken, never answered."""
+
+    def submit(self, requests, record):
+        self.asked += [r.key for r in requests]
+
+
+def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
+    import signal
+
+    from lm_human_preference_details.signals import Stopped
+
+    online = collection(tmp_path / "labels.json", NoAnswers(), [])
+    looks = []
+    online.stop_received = lambda: looks.append(1) or (signal.SIGTERM if len(looks) >= 3 else None)
+    with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
+        online.before_episode(0, FakePolicy(), (None, {}))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 3  # at the first look after the signal

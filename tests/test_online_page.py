@@ -219,3 +219,18 @@ def finalized(argv: list[str]):
 
     args = train_policy.tyro.cli(train_policy.Args, default=train_policy.build_args("offline"), args=argv)
     return args.finalize(check_inputs=False)
+
+
+def test_a_stop_signal_while_ppo_waits_ends_the_run_at_once(assets, tmp_path):
+    """SIGTERM (Slurm's, or a Ctrl-C) while nobody labels: the run does not wait for labels that may never come."""
+    run = Run(tmp_path / "run", label_env(tiny_offline_cache(tmp_path / "cache", assets)))
+    try:
+        give(waits(run, 0)[2], 3)
+        run.process.send_signal(signal.SIGTERM)
+        run.process.wait(timeout=120)  # not WAIT_S: it must not wait for labels (a generous bound on a loaded machine)
+        output = run.finish()
+    finally:
+        run.kill()
+    assert run.process.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "stopped by SIGTERM while PPO waited for labels before episode 0; every label given is kept" in output
+    assert len((tmp_path / "run" / "online" / "answers.jsonl").read_text().splitlines()) == 3
