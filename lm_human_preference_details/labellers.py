@@ -171,7 +171,7 @@ class CommandLabeller(AnswersAtOnce):
 
 FLAGS = ("--online.host", "--online.port")
 IDLE = ("No request is open now: the run is sampling new ones, training, or has ended. This page looks for new "
-        "requests every few seconds.")
+        "requests every 10 s.")
 
 
 def check_can_serve(host: str, port: int) -> None:
@@ -181,7 +181,7 @@ def check_can_serve(host: str, port: int) -> None:
 
 
 class OnlineSession:
-    """The requests the page shows and their answers, for label.py's handler (its session interface); thread-safe.
+    """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
 
     ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
 
@@ -210,12 +210,6 @@ class OnlineSession:
                 self.answered.wait(timeout)
             ready, self.ready = self.ready, []
             return ready
-
-    def counts(self) -> tuple[int, int]:
-        """(labels, skips) given on the page."""
-        with self.lock:
-            skipped = sum(best is None for best in self.answers.values())
-            return len(self.answers) - skipped, skipped
 
     # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
     def state(self, client: str) -> dict:

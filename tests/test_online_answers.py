@@ -195,3 +195,19 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
     with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 3  # at the first look after the signal
+
+
+def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
+    from lm_human_preference_details.labellers import OnlineSession
+
+    task = SimpleNamespace(query_prefix="", query_suffix="")
+    session = OnlineSession(gpt2_tokenizer(), task, tmp_path / "answers.jsonl")
+    log = AnswerLog(tmp_path / "answers.jsonl")
+    session.add([request(0, 0), request(0, 1)], log.record)
+    a, b = session.state("tab a")["item"]["index"], session.state("tab b")["item"]["index"]
+    assert {a, b} == {0, 1}  # each tab its own request
+    assert session.label("tab a", a, 3)[0] and not session.label("tab b", a, 1)[0]  # the second answer is refused
+    assert session.skip("tab b", b)[0] and session.state("tab a")["item"] is None
+    assert not session.undo("tab a")[0]  # final: the run may have trained on it
+    assert session.take(0) == [(request(0, a), 3), (request(0, b), None)]
+    assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
