@@ -284,17 +284,14 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
-def start_online(args: Args, tokenizer, device, ranks: Ranks, resumed: bool) -> OnlineCollection | None:
-    """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None.
-    ``resumed``: the run continues from a checkpoint, which says how much of the journal it keeps."""
+def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | None:
+    """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
     if not args.online.enabled:
         return None
     new = args.rewards.train_new_model
     schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
                         args.online.retrainings)
     journal = LabelJournal(Path(args.output_dir) / "online" / "labels.json")
-    if not resumed:  # a --resume that found no checkpoint starts again: the killed run's records are made again
-        journal.keep(0)
     # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
     sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
                                  shuffle_seed=1, labels_source=new.labels.source)
@@ -312,10 +309,13 @@ def start_online(args: Args, tokenizer, device, ranks: Ranks, resumed: bool) -> 
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
         return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
 
-    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name))
-    return OnlineCollection(schedule, journal, labeller, sampler, args.task,
-                            prefix, suffix, tokenizer.pad_token_id, args.seed,
-                            (args.ppo.batch_size, new.batch_size), train)
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent)
+    online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
+                              prefix, suffix, tokenizer.pad_token_id, args.seed,
+                              (args.ppo.batch_size, new.batch_size), train)
+    online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
+    online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
+    return online
 
 
 @torch.no_grad()
@@ -504,8 +504,7 @@ def train(args: Args) -> dict:
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
         tokenizer = load_tokenizer(args.base_model)
-        # trains the reward models as it collects labels
-        online = start_online(args, tokenizer, device, ranks, resumed=run.resume_from is not None)
+        online = start_online(args, tokenizer, device, run)  # trains the reward models as it collects labels
         reward_model, reward_hparams = (None, {}) if online else get_reward_model(args, tokenizer, device, ranks)
         seed_globals(args.seed)  # the reward run drew from them: the policy's models start from the same state
 

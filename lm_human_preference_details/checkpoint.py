@@ -38,7 +38,7 @@ RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what
 # emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
                         "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
-                        "world_size"}
+                        "world_size", "host", "port"}  # host, port: where the online page is served (online.py)
 
 
 # ----------------------------------------------------------------------------------------------- random generators

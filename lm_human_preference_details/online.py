@@ -16,7 +16,8 @@ random head, one epoch over the labels so far, normalised as the offline reward 
 
 This module holds the schedule (`Schedule`), the run's journal of labels in OpenAI's best-of-4 schema
 (`LabelJournal`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's,
-the reward model's training train_reward.py's, called back by train_policy.py.
+every answer's durable record online_answers.py's, the reward model's training train_reward.py's, called back by
+train_policy.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +37,17 @@ from lm_human_preference_details.checkpoint import event, rng_state, set_rng_sta
 from lm_human_preference_details.cli import check_at_least
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.labellers import check_can_serve
 from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
+from lm_human_preference_details.signals import Stopped
 from lm_human_preference_details.torchrun import torchrun_world
 
-LABELLERS = ("gold", "command")
+LABELLERS = ("gold", "command", "page")
 BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
+PROGRESS_S = 10.0  # while PPO waits for labels, a line of progress this often
 
 
 @dataclass
@@ -59,12 +65,18 @@ class OnlineHParams:
     section 2.2: 1000; scale it with the task)"""
     labeller: str = "gold"
     """who labels the requests (paper, section 2.2: human labellers): gold (the offline task's gold scorer, its
-    best-of-4 pick) | command (--online.command, a program of yours); docs/online.md"""
+    best-of-4 pick) | command (--online.command, a program of yours) | page (the labelling page, served by the run
+    on --online.host and --online.port); docs/online.md"""
     command: Optional[str] = None
     """the command labeller's program: one JSON request a line on its stdin, one answer a line (0-3 or skip) on its
     stdout (docs/online.md)"""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
+    host: str = "127.0.0.1"
+    """address the page labeller's page is served on; anything but a loopback address lets other machines label (the
+    label tool's --host)"""
+    port: int = 8765
+    """TCP port of the page labeller's page (0: any free port; the label tool's --port)"""
 
     @property
     def enabled(self) -> bool:
@@ -91,6 +103,8 @@ class OnlineHParams:
         if torchrun_world()[0] > 1:
             raise UserError("online collection runs in one process for now; run without torchrun (--num-ranks "
                             "emulates the ranks in one process)")
+        if self.labeller == "page":  # a port in use or an address not of this machine: one line, before any model
+            check_can_serve(self.host, self.port)
 
 
 @dataclass(frozen=True)
@@ -150,15 +164,15 @@ class LabelJournal:
             self.records = self.records[:n]
             self._write()
 
-    def add(self, queries: torch.Tensor, samples: torch.Tensor, best: list[Optional[int]], update: int,
-            pad_id: int) -> None:
-        """[b, q] queries, [b, 4, r] samples, b answers (None: skipped, not kept), sampled before ``update``."""
+    def add(self, answered: list[tuple[Request, Optional[int]]], pad_id: int) -> None:
+        """Requests and their answers (None: skipped, not kept), in the order given."""
         to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
-        for q, s, b in zip(queries.tolist(), samples.tolist(), best):
-            if b is None:
+        for request, best in answered:
+            if best is None:
                 continue
-            self.records.append({"query": to_oai(q), **{f"sample{i}": to_oai(s[i]) for i in range(BEST_OF)},
-                                 "best": b, "update": update})
+            self.records.append({"query": to_oai(request.query),
+                                 **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
+                                 "best": best, "update": request.update})
         self._write()
 
     def _write(self) -> None:
@@ -179,22 +193,32 @@ class OnlineCollection:
         self.episodes_per_update, self.reward_batch_size = sizes  # --ppo.batch-size, the reward model's batch size
         # (training k, its label count) -> (reward model, its saved hparams); a finished training's model is reused
         self.train = train
+        # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
+        self.answers = AnswerLog(journal.path.with_name("answers.jsonl"))
+        self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
+        self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's (train_policy.py sets it)
         self.requests = 0  # requests answered with a label or still pending: a skipped one is not counted
+        self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
+        self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
         self.batches = 0  # batches of requests sampled, each with its own generator
         self.trainings = 0
         self.waited = 0.0
         self.reload = False  # a resumed run loads its last training's model before its first episode
+        self.fresh = True  # no checkpoint loaded: a journal left by a run killed before its first checkpoint is redone
         self.stats: dict[str, float] = {}  # the last before_episode's metrics
 
     def state_dict(self) -> dict:
         return {"requests": self.requests, "batches": self.batches, "labels": len(self.journal),
-                "trainings": self.trainings, "sampler": self.sampler.state_dict()}
+                "trainings": self.trainings, "sampler": self.sampler.state_dict(),
+                "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
         self.journal.keep(state["labels"])
+        self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
+        self.fresh = False
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -203,13 +227,20 @@ class OnlineCollection:
         if self.reload:  # the model of the last training before the checkpoint, saved in its own run directory
             current = self.training(self.trainings - 1)
             self.reload = False
+        if self.fresh:  # its answers are in the record: the requests made again get them from there
+            self.journal.keep(0)
+            self.fresh = False
         start = time.time()
-        while self.schedule.should_request(self.requests, n):
-            self.request(update, policy)
-        # PPO waits here while labels < l(n); both labellers (gold, command) answer each request as it is made, and a
-        # skipped one is not counted, so the labels are never fewer than l(n) by now
+        self.submit(self.unsent)
+        self.unsent = []
+        self.send_requests(update, policy)
+        wanted = self.schedule.labels_wanted(n)
+        if len(self.journal) < wanted:  # PPO waits here while labels < l(n), and only here
+            self.wait_for_labels(wanted, n, update, policy)
         labels = len(self.journal)
         self.waited += time.time() - start
+        if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
+            self.labeller.close()  # the page's server stops
         self.stats = {}
         while self.trainings < self.schedule.trainings_due(n):
             current = self.training(self.trainings)
@@ -224,6 +255,55 @@ class OnlineCollection:
                            "online/retrainings": self.trainings, "online/wait_time": self.waited})
         return current
 
+    def send_requests(self, update: int, policy) -> None:
+        """New requests while the request rule says so; the answers given meanwhile journaled, a skipped request
+        replaced by another (it is not counted)."""
+        n = update * self.episodes_per_update
+        self.collect()
+        while self.schedule.should_request(self.requests, n):
+            self.request(update, policy)
+            self.collect()
+
+    def wait_for_labels(self, wanted: float, n: int, update: int, policy) -> None:
+        """Wait until the journal holds l(n) labels: one line saying for what and from whom, then a line of progress
+        every PROGRESS_S seconds."""
+        need = math.ceil(wanted)
+        self.say(f"online: PPO waits before episode {n} for {need} labels ({len(self.journal)} so far) from "
+                 f"{self.labeller.waiting_for()}")
+        started = last = time.monotonic()
+        while len(self.journal) < need:
+            if (signum := self.stop_received()) is not None:  # the labels may never come: stop now, not after them
+                raise Stopped(f"stopped by {signal.Signals(signum).name} while PPO waited for labels before episode "
+                              f"{n}; every label given is kept (online/answers.jsonl): --resume continues", signum)
+            self.collect(timeout=1.0)
+            self.send_requests(update, policy)
+            if time.monotonic() - last >= PROGRESS_S:
+                last = time.monotonic()
+                self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "
+                         f"{last - started:.0f} s")
+        self.say(f"online: {len(self.journal)} labels after {time.monotonic() - started:.0f} s; PPO goes on")
+
+    def collect(self, timeout: float = 0.0) -> None:
+        """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
+        journal; a skipped request no longer counts as a request."""
+        answered = self.labeller.poll(timeout)
+        for request, best in answered:
+            self.pending.pop(request.key, None)
+            self.requests -= best is None
+        if answered:
+            self.journal.add(answered, self.pad_id)
+
+    def submit(self, requests: list[Request]) -> None:
+        """Requests to the labeller, but those answered already (before a resume) answered from the record at once."""
+        known = [(r, self.answers.get(r)) for r in requests]
+        unknown = [r for r, best in known if best is UNKNOWN]
+        if unknown:
+            self.labeller.submit(unknown, self.answers.record)
+            self.pending.update({r.key: r for r in unknown})
+        if any(best is not UNKNOWN for r, best in known):
+            self.journal.add([(r, best) for r, best in known if best is not UNKNOWN], self.pad_id)
+        self.requests -= sum(best is None for r, best in known)
+
     @torch.no_grad()
     def request(self, update: int, policy) -> None:
         """One batch of requests: a batch of the task's queries, four samples of the current policy each, drawn as
@@ -236,11 +316,11 @@ class OnlineCollection:
         g = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self.batches)  # a resume draws the same
         responses = policy.sample(contexts.to(device), task.response_length, generator=g)["responses"]
         samples = truncate_responses(responses, task.truncate_token, task.truncate_after, self.pad_id)
-        samples = samples.view(len(queries), BEST_OF, -1).cpu()  # [b, 4, response_length]
-        best = self.labeller.label(queries, samples)
-        self.journal.add(queries, samples, best, update, self.pad_id)
+        samples = samples.view(len(queries), BEST_OF, -1).cpu().tolist()  # [b, 4, response_length]
+        requests = [Request(self.batches, i, update, q, s) for i, (q, s) in enumerate(zip(queries.tolist(), samples))]
         self.batches += 1
-        self.requests += sum(b is not None for b in best)
+        self.requests += len(requests)
+        self.submit(requests)
         event(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
 
     def training(self, k: int) -> tuple:

@@ -199,11 +199,11 @@ class Run:
                                  disable=not self.is_main)
         save_interval = getattr(self.args, "save_interval", 0) or total
         saver = self.saves.saver  # None: a run without checkpoints
-        with StopSignals() as stop:
+        with StopSignals() as self.stop:  # the loop's stop: a wait inside an update may ask it (`stop.signum`)
             for update in self.progress:
                 yield update
                 event(f"update {update}")  # tests' hook: off in real runs
-                stopping = agree_after_update(self.ranks, stop, self._failure or self.saves.error)
+                stopping = agree_after_update(self.ranks, self.stop, self._failure or self.saves.error)
                 done = update + 1
                 saved = None
                 if saver is not None and (done % save_interval == 0 or done == total or stopping):
@@ -212,12 +212,12 @@ class Run:
                         if stopping or done == total:
                             saver.wait()
                 if stopping:
-                    stop.leaving = True
+                    self.stop.leaving = True
                     if saver is not None:
-                        raise Stopped(f"stopped by {stop.name} after update {update}; saved {saved}; continue with "
-                                      "--resume", stop.signum or signal.SIGTERM)
-                    raise Stopped(f"stopped by {stop.name} during {desc} training (batch {update}); --resume trains it "
-                                  "again", stop.signum or signal.SIGTERM)
+                        raise Stopped(f"stopped by {self.stop.name} after update {update}; saved {saved}; continue "
+                                      "with --resume", self.stop.signum or signal.SIGTERM)
+                    raise Stopped(f"stopped by {self.stop.name} during {desc} training (batch {update}); --resume "
+                                  "trains it again", self.stop.signum or signal.SIGTERM)
         self.progress.close()
 
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:

@@ -17,6 +17,7 @@ from conftest import drive
 
 from lm_human_preference_details import offline
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.labellers import AnswersAtOnce
 from lm_human_preference_details.labels import load_best_of_n_labels
 from lm_human_preference_details.online import Schedule
 from lm_human_preference_details.tokenizer import gpt2_tokenizer
@@ -229,7 +230,7 @@ class FakeSampler:
         self.n = state["n"]
 
 
-class SkipEveryThird:
+class SkipEveryThird(AnswersAtOnce):
     def __init__(self):
         self.asked = 0
 
