@@ -182,13 +182,12 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
 
 
 LATE_SIGTERM = """
-import atexit, os, signal, sys, time
+import atexit, os, signal, sys
 from lm_human_preference_details.errors import run_main
 from lm_human_preference_details.signals import Stopped
 
 def torchrun_stopping_a_process_still_leaving():
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(0.2)
+    signal.raise_signal(signal.SIGTERM)  # handled before the next line
     print("left on its own", flush=True)
 
 def main():
