@@ -155,14 +155,39 @@ def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, ca
         errors.run_main(bug)
 
 
+def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
+    """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
+    named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
+    from lm_human_preference_details import agreement
+    from lm_human_preference_details.errors import UserError
+
+    class Job(agreement.AgreeOnFailures):
+        world_size = 3
+
+        def __init__(self, is_main):
+            self.is_main = is_main
+
+    for gathered, line in ((["error: a", "error: b", None], "error: a"),
+                           ([None, "error: b", "error: c"], "error: b (process 1)")):
+        monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
+            slice(None), g))
+        for is_main, error, code in ((True, None, 1), (False, UserError("--x"), 2)):
+            with pytest.raises(agreement.JobFailed) as e:
+                Job(is_main).agree_on(error)
+            assert (str(e.value), e.value.exit_code, capsys.readouterr().err) == (line, code, line + "\n" if is_main
+                                                                                  else "")
+    monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
+    Job(True).agree_on(None)  # nobody failed: nothing said, nothing raised
+    assert capsys.readouterr().err == ""
+
+
 LATE_SIGTERM = """
-import atexit, os, signal, sys, time
+import atexit, os, signal, sys
 from lm_human_preference_details.errors import run_main
 from lm_human_preference_details.signals import Stopped
 
 def torchrun_stopping_a_process_still_leaving():
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(0.2)
+    signal.raise_signal(signal.SIGTERM)  # handled before the next line
     print("left on its own", flush=True)
 
 def main():
@@ -192,6 +217,8 @@ def test_help_is_tyros(capsys):
         train_policy.main(["--help"])
     out = capsys.readouterr()
     assert e.value.code == 0 and out.out.startswith("usage: ") and "--ppo.lr FLOAT" in out.out and not out.err
+    title = train_policy.__doc__.split("\n")[0]  # the help's title: the docstring's first line (entry.run_script)
+    assert " ".join(title.split()) in " ".join(out.out.split())
 
 
 # ------------------------------------------------------------------------- real processes: parse errors, files
@@ -295,6 +322,7 @@ def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_m
         assert "--base-model" not in result.stderr  # a flag sample does not have
 
 
+@pytest.mark.two_processes
 def test_torchrun_prints_the_error_once(assets, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()

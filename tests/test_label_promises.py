@@ -248,6 +248,8 @@ def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
 @pytest.mark.parametrize("line, number, why", [
     ("{}", 3, "not a label, skip or undo"),
     ('{"event": "undo", "item": 0, "client": "stranger"}', 3, "an undo of item 0 that client .stranger. did not decide last"),
+    ('{"event": "label", "item": 1, "best": 0, "client": "a"}\n{"event": "undo", "item": 0, "client": "a"}', 4,
+     "an undo of item 0 that client .a. did not decide last"),  # a's own choice, but not its last
     ('{"event": "label", "item": 999, "best": 1, "client": "a"}', 3, "item 999 is not in 0..2"),
     ('{"event": "skip", "item": -1, "client": "a"}', 3, "item -1 is not in 0..2"),
     ('{"event": "label", "item": 1, "best": 7, "client": "a"}', 3, "best 7 is not in 0..3"),

@@ -381,3 +381,20 @@ def test_a_full_disk_is_told_by_the_error_not_its_class():
             OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))]
     other = [RuntimeError("CUDA out of memory"), OSError(errno.EACCES, os.strerror(errno.EACCES)), ValueError("pos")]
     assert [disk_full(e) for e in full + other] == [True] * len(full) + [False] * len(other)
+
+
+def test_a_synced_temporary_is_whole_fsynced_readable_as_the_umask_allows_and_known_as_ours(tmp_path, monkeypatch):
+    """files.synced_temporary (the label file's and its journal's first copy): the bytes, fsynced before it is
+    returned, the umask's mode (not mkstemp's 0600), a name `remove_leftovers` takes back once its owner is gone."""
+    from lm_human_preference_details import files
+
+    synced = []
+    monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(os.fstat(fd).st_ino))
+    umask = os.umask(0o027)
+    try:
+        tmp = files.synced_temporary(tmp_path / "labels.json", b"[]\n")
+    finally:
+        os.umask(umask)
+    assert tmp.parent == tmp_path and tmp.read_bytes() == b"[]\n" and synced == [tmp.stat().st_ino]
+    assert tmp.stat().st_mode & 0o777 == 0o640
+    assert tmp.name.startswith(f"{files.TMP}~{files.HOST}~{os.getpid()}~labels.json~")

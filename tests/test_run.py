@@ -229,13 +229,11 @@ def test_leftovers_of_killed_writes_are_ours_alone_and_only_when_their_process_i
 def test_stop_signals_become_a_flag_and_two_interrupts_stop_at_once():
     before = signal.getsignal(signal.SIGTERM)
     with StopSignals() as stop:
-        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once in the main thread: only sets the flag
-        time.sleep(0.01)
+        signal.raise_signal(signal.SIGTERM)  # to this (the main) thread: its handler runs before the next line
     assert (stop.signum, stop.name) == (signal.SIGTERM, "SIGTERM")
     assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back
     with StopSignals() as slurm:
-        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@T: a stop like SIGTERM
-        time.sleep(0.01)
+        signal.raise_signal(signal.SIGUSR1)  # Slurm's --signal=USR1@T: a stop like SIGTERM
     assert slurm.name == "SIGUSR1"
     with StopSignals() as twice:
         os.kill(os.getpid(), signal.SIGINT)
@@ -257,8 +255,7 @@ def test_once_the_processes_agreed_to_stop_a_late_signal_changes_nothing(monkeyp
     try:
         with StopSignals() as stop:
             stop.leaving = True  # as Run.updates sets it once every process agreed to stop
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.01)
+        signal.raise_signal(signal.SIGTERM)  # handled before the next line: `late` would raise here
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
@@ -424,6 +421,7 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.two_processes
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
     out = tmp_path / "run"
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",

@@ -18,9 +18,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from lm_human_preference_details.run_dir import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.two_processes  # torchrun pairs, each test
 
 INJECT = textwrap.dedent('''
     import errno, os
