@@ -107,7 +107,63 @@ class Leases:
         return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
 
 
-class LabelSession:
+class PageItems:
+    """What the page asks of a session that shows items to tabs (this module's LabelSession, the online run's
+    labellers.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
+    are still open (``_is_open``) and what the page is told (``_state``, called inside the lock)."""
+
+    items: list[dict]  # each with "query_text" and "sample_texts"
+
+    def __init__(self) -> None:
+        self.leases = Leases()
+        self.lock = threading.Lock()
+
+    def state(self, client: str) -> dict:
+        """The item to show ``client`` (None when no open item is free) and the session's progress."""
+        with self.lock:
+            return self._state(client)
+
+    def alive(self, client: str) -> None:
+        """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
+        with self.lock:
+            self.leases.renew(client)
+
+    def release(self, client: str) -> None:
+        """``client``'s tab closed: the item it was shown is free for the others at once."""
+        with self.lock:
+            self.leases.release(client)
+
+    # ------------------------------------------------------------------ inside the lock
+    def _is_open(self, item: int) -> bool:
+        raise NotImplementedError
+
+    def _state(self, client: str) -> dict:
+        raise NotImplementedError
+
+    def _next_item(self, client: str) -> Optional[dict]:
+        """The item this client holds if still open, else the first open item no live tab holds, as the page shows it
+        ({"index", "query", "samples"}); None when there is none."""
+        mine = self.leases.mine(client)
+        if mine is not None and self._is_open(mine):
+            self.leases.renew(client)
+            return self._shown(mine)
+        taken = self.leases.others(client, self._is_open)
+        for i in range(len(self.items)):
+            if self._is_open(i) and i not in taken:
+                self.leases.hold(client, i)
+                return self._shown(i)
+        self.leases.release(client)
+        return None
+
+    def _shown(self, i: int) -> dict:
+        return {"index": i, "query": self.items[i]["query_text"], "samples": self.items[i]["sample_texts"]}
+
+    def _leased(self, client: str) -> int:
+        """How many open items other live tabs hold."""
+        return len(self.leases.others(client, self._is_open))
+
+
+class LabelSession(PageItems):
     """A session's items and decisions, its locked journal and its label file; thread-safe."""
 
     def __init__(self, output: Path, journal: Journal, header: dict, events: list[dict]):
@@ -117,8 +173,7 @@ class LabelSession:
         for event in events:
             self.decisions.apply(event)
         self.written: Optional[tuple[int, int]] = None  # the label file this session wrote last (identity)
-        self.leases = Leases()
-        self.lock = threading.Lock()
+        super().__init__()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -177,21 +232,6 @@ class LabelSession:
             labelled, skipped = len(self.decisions.best), len(self.decisions.skipped)
         return f"{labelled} of {len(self.items)} items labelled, {skipped} skipped"
 
-    def state(self, client: str) -> dict:
-        """The item to show ``client`` (None when no open item is free) and the session's progress."""
-        with self.lock:
-            return self._state(client)
-
-    def alive(self, client: str) -> None:
-        """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
-        with self.lock:
-            self.leases.renew(client)
-
-    def release(self, client: str) -> None:
-        """``client``'s tab closed: the item it was shown is free for the others at once."""
-        with self.lock:
-            self.leases.release(client)
-
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         """Record ``client``'s choice of sample ``best`` for ``item`` -> (recorded, state). Refused (False) when the
         item was decided already, by this tab or another."""
@@ -236,26 +276,12 @@ class LabelSession:
         """Rewrite the label file from the decisions."""
         self.written = write_label_file(self.output, render(self.items, self.decisions.best), self.written)
 
-    def _next_item(self, client: str) -> Optional[int]:
-        """The item this client holds if still open, else the first open item no live tab holds."""
-        mine = self.leases.mine(client)
-        if mine is not None and self.decisions.is_open(mine):
-            self.leases.renew(client)
-            return mine
-        taken = self.leases.others(client, self.decisions.is_open)
-        for i in range(len(self.items)):
-            if self.decisions.is_open(i) and i not in taken:
-                self.leases.hold(client, i)
-                return i
-        self.leases.release(client)
-        return None
+    def _is_open(self, item: int) -> bool:
+        return self.decisions.is_open(item)
 
     def _state(self, client: str) -> dict:
-        i = self._next_item(client)
-        item = None if i is None else {"index": i, "query": self.items[i]["query_text"],
-                                       "samples": self.items[i]["sample_texts"]}
-        return {"item": item, "labelled": len(self.decisions.best), "skipped": len(self.decisions.skipped),
-                "leased": len(self.leases.others(client, self.decisions.is_open)), "total": len(self.items),
+        return {"item": self._next_item(client), "labelled": len(self.decisions.best),
+                "skipped": len(self.decisions.skipped), "leased": self._leased(client), "total": len(self.items),
                 "can_undo": bool(self.decisions.history.get(client)), "output": str(self.output)}
 
 

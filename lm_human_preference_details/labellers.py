@@ -33,7 +33,7 @@ import torch
 
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.label_server import LabelServer, who_can_reach
-from lm_human_preference_details.label_session import Leases
+from lm_human_preference_details.label_session import PageItems
 from lm_human_preference_details.online_answers import Request
 from lm_human_preference_details.tokenizer import decode
 
@@ -180,7 +180,7 @@ def check_can_serve(host: str, port: int) -> None:
     LabelServer(host, port, FLAGS).server_close()
 
 
-class OnlineSession:
+class OnlineSession(PageItems):
     """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
 
     ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
@@ -192,8 +192,7 @@ class OnlineSession:
         self.answers: dict[int, Optional[int]] = {}  # item -> best, None: skipped
         self.ready: list[tuple[Request, Optional[int]]] = []  # answered since the run last asked
         self.record: Callable[[Request, Optional[int]], None] = lambda request, best: None
-        self.leases = Leases()
-        self.lock = threading.Lock()
+        super().__init__()
         self.answered = threading.Condition(self.lock)
 
     def add(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
@@ -212,18 +211,6 @@ class OnlineSession:
             return ready
 
     # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
-    def state(self, client: str) -> dict:
-        with self.lock:
-            return self._state(client)
-
-    def alive(self, client: str) -> None:
-        with self.lock:
-            self.leases.renew(client)
-
-    def release(self, client: str) -> None:
-        with self.lock:
-            self.leases.release(client)
-
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         return self._answer(client, item, best)
 
@@ -252,28 +239,12 @@ class OnlineSession:
     def _is_open(self, item: int) -> bool:
         return item not in self.answers
 
-    def _next_item(self, client: str) -> Optional[int]:
-        """The item this client holds if still open, else the first open item no live tab holds."""
-        mine = self.leases.mine(client)
-        if mine is not None and self._is_open(mine):
-            self.leases.renew(client)
-            return mine
-        taken = self.leases.others(client, self._is_open)
-        for i in range(len(self.items)):
-            if self._is_open(i) and i not in taken:
-                self.leases.hold(client, i)
-                return i
-        self.leases.release(client)
-        return None
-
     def _state(self, client: str) -> dict:
-        i = self._next_item(client)
-        item = None if i is None else {"index": i, "query": self.items[i]["query_text"],
-                                       "samples": self.items[i]["sample_texts"]}
         skipped = sum(best is None for best in self.answers.values())
-        return {"item": item, "labelled": len(self.answers) - skipped, "skipped": skipped,
-                "leased": len(self.leases.others(client, self._is_open)), "total": len(self.items), "can_undo": False,
-                "output": str(self.output), "message": None if item else IDLE}
+        item = self._next_item(client)
+        return {"item": item, "labelled": len(self.answers) - skipped, "skipped": skipped, "leased": self._leased(client),
+                "total": len(self.items), "can_undo": False, "output": str(self.output),
+                "message": None if item else IDLE}
 
 
 class PageLabeller:
