@@ -27,8 +27,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
-# Parallel workers (pytest-xdist; `-n 2 --dist loadgroup` in pyproject.toml's addopts). A test file is one group, run
-# by one worker, so its module fixtures are built once; files that share a costly session fixture are one group.
+# Parallel workers (pytest-xdist; `-n 2 --dist loadgroup --no-loadscope-reorder` in pyproject.toml's addopts). A test
+# file is one group, run by one worker, so its module fixtures are built once; files that share a costly session fixture
+# are one group. Groups go to the workers in the order sorted here (without --no-loadscope-reorder xdist would hand
+# them out by their count of tests, and the few-test slow files would come last, with one worker idle).
 SHARED_GROUPS = {"test_resume_hardware.py": "test_ranks.py"}  # both read `exact_policy_runs` (two launches, ~30 s)
 # the files with the longest runs start first, so that the two workers end together (seconds, 2 cores, e2f3ecf)
 SLOW_FIRST = ["test_smoke.py", "test_ranks.py", "test_online.py", "test_offline.py", "test_run.py",
