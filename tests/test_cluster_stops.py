@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import in_process
 from test_ranks import _assert_same_run
 
 from lm_human_preference_details.checkpoint import EVENTS
@@ -158,7 +159,9 @@ def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to) -> tuple[str
 
 def test_sigterm_to_both_launchers_stops_every_process_after_one_update_and_resume_continues_the_same_run(
         assets, reward_model, tmp_path):
-    """As Slurm or `docker stop` stop a job: SIGTERM to each node's torchrun, which passes it on to its workers."""
+    """As Slurm or `docker stop` stop a job: SIGTERM to each node's torchrun, which passes it on to its workers. The
+    resume and the uninterrupted run to compare with are 1-process runs in this process (conftest.in_process): the
+    stopped job is the torchrun run here, and a resume on another process count is --exact-ranks' promise."""
     def terminate_launchers(launchers, pids):
         for launcher in launchers:
             launcher.send_signal(signal.SIGTERM)
@@ -171,14 +174,9 @@ def test_sigterm_to_both_launchers_stops_every_process_after_one_update_and_resu
     assert "forcefully exiting" not in out, out[-4000:]  # every worker left on its own, within torchrun's grace
     assert checkpoints(run_dir) == ["update_00000001"]
 
-    resumed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                              str(ROOT / "train_policy.py"), *map(str, policy_args(assets, reward_model, run_dir)),
-                              "--resume"], capture_output=True, text=True, cwd=ROOT, env=environment(), timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    whole = subprocess.run([sys.executable, str(ROOT / "train_policy.py"),
-                            *map(str, policy_args(assets, reward_model, tmp_path / "whole"))],
-                           capture_output=True, text=True, cwd=ROOT, env=environment(), timeout=600)
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    resumed = in_process("train_policy.py", *policy_args(assets, reward_model, run_dir), "--resume")
+    assert f"resume: continuing from {run_dir / 'checkpoints' / 'update_00000001'}" in resumed.stdout, resumed.stdout
+    in_process("train_policy.py", *policy_args(assets, reward_model, tmp_path / "whole"))
     _assert_same_run(tmp_path / "whole", run_dir, "policy")
 
 
