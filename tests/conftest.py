@@ -158,9 +158,11 @@ def launch(script: Path | str, processes: int, *args, env_extra: dict | None = N
 def exact_policy(assets: Path, reward_model: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
     """2 PPO updates with --exact-ranks (4 emulated ranks), a checkpoint after each (both kept), on 1 process (in this
     one, `in_process`) or under torchrun. Two updates are the least that shows both promises: update 1 samples from
-    weights that update 0 trained, and a resume from the update-1 checkpoint has one update left to run."""
+    weights that update 0 trained, and a resume from the update-1 checkpoint has one update left to run. Responses of
+    12 tokens (not 24): each costs the 50257-token head, and nothing here depends on their length."""
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model, "--task.query-dataset",
-            assets / "queries.txt", "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
+            assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
             "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
             "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]
     return in_process("train_policy.py", *args) if processes == 1 else launch("train_policy.py", processes, *args)

@@ -129,9 +129,10 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 64, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 1, "--ppo.no-whiten-rewards", "--num-ranks", 2,
-            "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", "runs/x", "--resume"]
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
+            "--ppo.no-whiten-rewards", "--num-ranks", 2, "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2,
+            "--output-dir", "runs/x", "--resume"]  # 12-token responses: the job fails before it trains
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     node0.mkdir(), node1.mkdir()
     with monkeypatch.context() as here:
