@@ -3,6 +3,7 @@ global random generators as it found them."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import http.server
@@ -174,7 +175,19 @@ def exact_policy_runs(assets, reward_model, tmp_path_factory) -> dict[int, tuple
     process)}. Shared because each costs 2 updates and the pair a launch of 3 interpreters: test_ranks compares the two
     bit for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before changing it."""
     root = tmp_path_factory.mktemp("exact_policy")
-    return {n: (root / f"p{n}", exact_policy(assets, reward_model, root / f"p{n}", n)) for n in (1, 2)}
+    one, two = beside_its_pair(lambda: exact_policy(assets, reward_model, root / "p1", 1),
+                               lambda: exact_policy(assets, reward_model, root / "p2", 2))
+    return {1: (root / "p1", one), 2: (root / "p2", two)}
+
+
+def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tuple:
+    """``one()`` (a 1-process twin, in this process on one thread) while ``pair()`` (its torchrun pair, started in a
+    thread) runs beside it -> (one's result, pair's). The twin's single thread would leave a core idle while it ran
+    alone; the pair's workers spend their first seconds importing torch and transformers, and nothing here is timed.
+    The pair is awaited, whatever the twin does."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        started = thread.submit(pair)
+        return one(), started.result()
 
 
 def in_process(script: str, *args) -> subprocess.CompletedProcess:
