@@ -3,9 +3,12 @@ global random generators as it found them."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import http.server
+import importlib
+import io
 import os
 import random
 import signal
@@ -156,21 +159,53 @@ def launch(script: Path | str, processes: int, *args, env_extra: dict | None = N
 
 
 def exact_policy(assets: Path, reward_model: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
-    """4 PPO updates with --exact-ranks (4 emulated ranks), a checkpoint every 2 (both kept), on 1 process or 2."""
-    return launch("train_policy.py", processes, "--base-model", assets / "tiny-gpt2", "--rewards.trained-model",
-                  reward_model, "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 128,
-                  "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3,
-                  "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks", "--device", "cpu", "--save-interval", 2,
-                  "--keep-checkpoints", 2, "--output-dir", run_dir, *extra)
+    """2 PPO updates with --exact-ranks (4 emulated ranks), a checkpoint after each (both kept), on 1 process (in this
+    one, `in_process`) or under torchrun. Two updates are the least that shows both promises: update 1 samples from
+    weights that update 0 trained, and a resume from the update-1 checkpoint has one update left to run. Responses of
+    12 tokens (not 24): each costs the 50257-token head, and nothing here depends on their length."""
+    args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model, "--task.query-dataset",
+            assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
+            "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
+            "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]
+    return in_process("train_policy.py", *args) if processes == 1 else launch("train_policy.py", processes, *args)
 
 
 @pytest.fixture(scope="session")
 def exact_policy_runs(assets, reward_model, tmp_path_factory) -> dict[int, tuple[Path, subprocess.CompletedProcess]]:
     """The same --exact-ranks policy run (`exact_policy`) on 1 process and on 2 -> {processes: (run directory, its
-    process)}. Shared because each costs a launch of 2-3 interpreters and 4 updates: test_ranks compares the two bit
-    for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before changing it."""
+    process)}. Shared because each costs 2 updates and the pair a launch of 3 interpreters: test_ranks compares the two
+    bit for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before changing it."""
     root = tmp_path_factory.mktemp("exact_policy")
-    return {n: (root / f"p{n}", exact_policy(assets, reward_model, root / f"p{n}", n)) for n in (1, 2)}
+    one, two = beside_its_pair(lambda: exact_policy(assets, reward_model, root / "p1", 1),
+                               lambda: exact_policy(assets, reward_model, root / "p2", 2))
+    return {1: (root / "p1", one), 2: (root / "p2", two)}
+
+
+def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tuple:
+    """``one()`` (a 1-process twin, in this process on one thread) while ``pair()`` (its torchrun pair, started in a
+    thread) runs beside it -> (one's result, pair's). The twin's single thread would leave a core idle while it ran
+    alone; the pair's workers spend their first seconds importing torch and transformers, and nothing here is timed.
+    The pair is awaited, whatever the twin does."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        started = thread.submit(pair)
+        return one(), started.result()
+
+
+def in_process(script: str, *args) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
+    for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
+    transformers' imports. For the 1-process twin of a torchrun pair; the pair's own processes stay real. -> its
+    stdout and stderr as `launch` gives them; it must succeed."""
+    main = importlib.import_module(Path(script).stem).main
+    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([str(a) for a in args])
+    finally:
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture()

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import in_process
 
+from lm_human_preference_details import files
 from lm_human_preference_details.downloads import fetch
 from lm_human_preference_details.files import atomic_path
 
@@ -105,9 +107,10 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
 
 
 @pytest.mark.two_processes
-def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path):
+def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path, monkeypatch):
     """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
-    no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit)."""
+    no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in
+    this process (conftest.in_process) with that cache as its LMHP_CACHE."""
     env = {**os.environ, "LMHP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
            "OMP_NUM_THREADS": "1"}
     sizes = ["--task", "offline", "--labels.num-train", "64", "--batch-size", "16", "--rollout-batch-size", "32",
@@ -118,9 +121,10 @@ def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(
     out = two.stdout + two.stderr
     assert two.returncode == 0 and "error" not in out, out[-3000:]
     assert out.count("(once)") == 1, out[-3000:]
-    one = subprocess.run([sys.executable, str(ROOT / "train_reward.py"), *sizes, "--output-dir", str(tmp_path / "one")],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-    assert one.returncode == 0 and "(once)" not in one.stdout, one.stderr[-3000:]
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")  # what LMHP_CACHE sets when the package is imported
+    monkeypatch.chdir(tmp_path)
+    one = in_process("train_reward.py", *sizes, "--output-dir", tmp_path / "one")
+    assert "(once)" not in one.stdout, one.stdout[-3000:]  # found the assets the torchrun job built
     rows = {name: (tmp_path / name / "metrics.jsonl").read_text().splitlines() for name in ("one", "two")}
     assert len(rows["one"]) > 2 and rows["one"] == rows["two"]
     assert len(list((tmp_path / "cache").iterdir())) == 1  # the assets' directory: no temporaries, no lock file

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import in_process
 
 from lm_human_preference_details import run_dir
 from lm_human_preference_details.errors import UserError
@@ -117,24 +118,26 @@ def free_port() -> int:
 
 
 @pytest.mark.two_processes
-def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward_model, tmp_path):
+def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward_model, tmp_path, monkeypatch):
     """`--nnodes 2` on localhost (c10d), each launcher in its own directory with `--output-dir runs/x --resume`, after
     a run that saved in node 0's only: one error line, both launchers fail, no traceback, node 0's run untouched and
-    nothing left in node 1's directory, whichever launcher c10d makes process 0."""
+    nothing left in node 1's directory, whichever launcher c10d makes process 0. The first run, on 1 process, is made
+    in this process (conftest.in_process) in node 0's directory."""
     site = tmp_path / "site"  # the view is looked at again for 1 s, not the 30 s a shared file system may need
     site.mkdir()
     (site / "sitecustomize.py").write_text("import lm_human_preference_details.run_dir as d\nd.SHARED_DIR_WAIT_S = 1.0\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 64, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 1, "--ppo.no-whiten-rewards", "--num-ranks", 2,
-            "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", "runs/x", "--resume"]
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
+            "--ppo.no-whiten-rewards", "--num-ranks", 2, "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2,
+            "--output-dir", "runs/x", "--resume"]  # 12-token responses: the job fails before it trains
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     node0.mkdir(), node1.mkdir()
-    first = subprocess.run([sys.executable, str(ROOT / "train_policy.py"), *map(str, args)], cwd=node0, env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
+    with monkeypatch.context() as here:
+        here.chdir(node0)
+        in_process("train_policy.py", *args)
     shutil.rmtree(node0 / "runs/x/checkpoints/update_00000002")  # as a run killed after its first checkpoint
     before = digest(node0 / "runs/x")
     port = free_port()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, launch
+from conftest import ROOT, beside_its_pair, in_process, launch
 from safetensors.torch import load_file
 
 from lm_human_preference_details.errors import UserError
@@ -195,20 +195,23 @@ def _policy_args(assets, reward_model, episodes):
 
 @pytest.mark.two_processes
 def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_policy_runs, tmp_path):
-    """--exact-ranks (the offline demo's default): the same reward run, then 4 PPO updates, on 1 process and on 2 (torchrun,
-    gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit.
+    """--exact-ranks (the offline demo's default): the same reward run, then 2 PPO updates, on 1 process and on 2 (torchrun,
+    gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit. The 1-process twins
+    run in this process (conftest.in_process: the same run without a new interpreter's imports), beside their pairs.
 
     Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
     binary tree whichever process holds them, so the two runs add the same numbers in the same order. Without that
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    launch("train_reward.py", 1, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r1")
-    launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir", tmp_path / "r2")
+    beside_its_pair(lambda: in_process("train_reward.py", *_reward_args(assets), "--exact-ranks", "--output-dir",
+                                       tmp_path / "r1"),
+                    lambda: launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir",
+                                   tmp_path / "r2"))
     _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
 
-    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 4 updates each (conftest.exact_policy)
+    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 2 updates each (conftest.exact_policy)
     _assert_same_run(p1, p2, "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((p2 / "config.json").read_text())
@@ -222,15 +225,17 @@ def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
     Tolerance: rel 1e-4, abs 1e-5 on every metric and weight. The processes add the same numbers in another order
     (two half-batch sums all-reduced instead of one sum; float32, ~1e-7 relative per step), so PPO is checked on one
     update (two epochs of two minibatches: four optimizer steps), before any sampled token can differ. The
-    micro-batched two-process run also checks that micro-batches change only the summation order.
+    micro-batched two-process run also checks that micro-batches change only the summation order. The 1-process runs
+    are made in this process (conftest.in_process), beside their pairs.
     """
-    launch("train_reward.py", 1, *_reward_args(assets), "--output-dir", tmp_path / "r1")
-    launch("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2")
+    beside_its_pair(lambda: in_process("train_reward.py", *_reward_args(assets), "--output-dir", tmp_path / "r1"),
+                    lambda: launch("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2"))
     _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
 
     policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
-    launch("train_policy.py", 1, *policy, "--output-dir", tmp_path / "p1")
-    launch("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir", tmp_path / "p2")
+    beside_its_pair(lambda: in_process("train_policy.py", *policy, "--output-dir", tmp_path / "p1"),
+                    lambda: launch("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir",
+                                   tmp_path / "p2"))
     _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
     assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2
 

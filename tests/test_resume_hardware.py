@@ -53,10 +53,10 @@ def test_world_size_and_device_may_change_on_resume_but_not_the_ranks():
 
 # ------------------------------------------------------------------------------ 1 process <-> 2 torchrun processes
 def interrupted_copy(run_dir: Path, into: Path) -> Path:
-    """``run_dir`` as a run killed after its update-2 checkpoint: the update-4 one removed (the logs after it are
+    """``run_dir`` as a run killed after its update-1 checkpoint: the update-2 one removed (the logs after it are
     dropped by --resume)."""
     shutil.copytree(run_dir, into)
-    shutil.rmtree(into / "checkpoints" / "update_00000004")
+    shutil.rmtree(into / "checkpoints" / "update_00000002")
     return into
 
 
@@ -67,11 +67,12 @@ def metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.two_processes
 def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, exact_policy_runs, tmp_path):
-    """4 PPO updates with --exact-ranks, a checkpoint every 2 (conftest.exact_policy), uninterrupted on 1 process and
-    on 2 (the shared runs), then each resumed from its update-2 checkpoint on the other count."""
+    """2 PPO updates with --exact-ranks, a checkpoint after each (conftest.exact_policy), uninterrupted on 1 process
+    and on 2 (the shared runs), then each resumed from its update-1 checkpoint on the other count: by 2 torchrun
+    processes, and by 1 (in this process, as exact_policy runs it)."""
     (one, _), (two, _) = exact_policy_runs[1], exact_policy_runs[2]
     uninterrupted = metrics(one)
-    assert [r["step"] for r in uninterrupted] == [0, 1, 2, 3] and metrics(two) == uninterrupted
+    assert [r["step"] for r in uninterrupted] == [0, 1] and metrics(two) == uninterrupted
 
     up = interrupted_copy(one, tmp_path / "one_then_two")  # saved by 1 process, resumed by 2
     exact_policy(assets, reward_model, up, 2, "--resume")

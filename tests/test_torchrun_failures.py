@@ -51,15 +51,17 @@ INJECT = textwrap.dedent('''
 
 
 def torchrun_policy(assets, reward_model, tmp_path, run_dir, *extra, inject: str = "") -> subprocess.CompletedProcess:
-    """train_policy.py under `torchrun --nproc-per-node 2` (gloo), 2 PPO updates, with ``inject`` on process 0."""
+    """train_policy.py under `torchrun --nproc-per-node 2` (gloo), 2 PPO updates of 12-token responses (the failures
+    do not depend on their length; each token costs the 50257-token head), with ``inject`` on process 0."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(INJECT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1", "LMHP_TEST_INJECT": inject}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", 64, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 1, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu",
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
+            "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu",
             "--save-interval", 1, "--output-dir", run_dir, *extra]
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(ROOT / "train_policy.py"), *map(str, args)],
