@@ -16,6 +16,7 @@ import torch
 from conftest import drive
 
 from lm_human_preference_details import offline
+from lm_human_preference_details.checkpoint import list_checkpoints
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labellers import AnswersAtOnce
 from lm_human_preference_details.labels import load_best_of_n_labels
@@ -103,10 +104,15 @@ def test_the_offline_online_preset_is_the_offline_task_online_with_a_quarter_of_
     assert "offline-online" in shown and "(default: 1536)" in shown
 
 
-SMALL = ["--task", "offline", "--ppo.total-episodes", "128", "--save-interval", "1", "--sample-print-interval", "100",
-         "--rewards.train-new-model.labels.num-train", "32", "--rewards.train-new-model.normalize-samples", "32",
-         "--rewards.train-new-model.rollout-batch-size", "32", "--rewards.train-new-model.eval-labels", "16",
-         "--online.num-labels", "160", "--online.retrainings", "1", "--online.margin", "16"]
+# 2 updates of 16 episodes (2 emulated ranks: whitening groups of 8), N_r^0 = 8, N_r = 48, margin 12, 1 + 1 trainings
+# in the reward model's batches of 8 (the offline preset's): the least that still has two request batches before each
+# update (a kill between them finds a journal written), a retraining between the updates, and several reward batches
+# in it
+SMALL = ["--task", "offline", "--ppo.total-episodes", "32", "--ppo.batch-size", "16", "--num-ranks", "2",
+         "--save-interval", "1", "--sample-print-interval", "100",
+         "--rewards.train-new-model.labels.num-train", "8", "--rewards.train-new-model.normalize-samples", "16",
+         "--rewards.train-new-model.rollout-batch-size", "16", "--rewards.train-new-model.eval-labels", "8",
+         "--online.num-labels", "48", "--online.retrainings", "1", "--online.margin", "12"]
 
 
 def policy_command(run_dir: Path, *extra: str) -> list[str]:
@@ -120,7 +126,8 @@ def environment(cache: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def online_run(tmp_path_factory, offline_cache) -> Path:
-    """A small uninterrupted online run: 2 updates of 64 episodes, N_r^0 = 32, N_r = 160, 1 + 1 trainings."""
+    """The small run (SMALL), uninterrupted, as users start it (`python train_policy.py`); seconds: a model load, two
+    reward trainings, two PPO updates and the offline task's closing evaluation."""
     run_dir = tmp_path_factory.mktemp("online") / "run"
     result = subprocess.run(policy_command(run_dir), capture_output=True, text=True, env=environment(offline_cache),
                             cwd=run_dir.parent, timeout=900)
@@ -141,14 +148,15 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
     gold = offline.gold_scores(tokenizer, labels["samples"].reshape(-1, offline.RESPONSE_LENGTH)).view(-1, 4)
     assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
     updates = [r["update"] for r in json.loads(journal.read_text())]
-    # l(0) + margin = 48 -> one batch of 64 requests before update 0; l(64) + margin = 32 + 128 * (1 - (1/2)^2) + 16
-    # = 144 -> two more batches, 192, before update 1
-    assert updates == [0] * 64 + [1] * 128
+    # l(0) + margin = 20 -> two batches of 16 requests before update 0; l(16) + margin = 8 + 40 * (1 - (1/2)^2) + 12
+    # = 50 -> two more batches, 64, before update 1
+    assert updates == [0] * 32 + [1] * 32
     rows = metrics(online_run)
-    assert [r["online/requests"] for r in rows] == [64, 192] and [r["online/pending"] for r in rows] == [0] * 2
-    assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 32 and 96: <= l(0) = 32, <= l(64) = 128
+    assert [r["online/requests"] for r in rows] == [32, 64] and [r["online/pending"] for r in rows] == [0] * 2
+    assert [r["online/labels_wanted"] for r in rows] == [8, 38]
+    assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 8 and 28: <= l(0) = 8, <= l(16) = 38
     # each training: the journal's first labels, whole batches of 8, a seed of its own (a new random head)
-    for k, num_train in enumerate([32, 96]):
+    for k, num_train in enumerate([8, 24]):  # 28 // 8 * 8 = 24
         config = json.loads((online_run / "online" / f"reward_{k:02d}" / "config.json").read_text())
         assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(journal)
         assert config["seed"] == 1 + k
@@ -158,14 +166,19 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
 
 
 # Where each case kills the run (SIGKILL) before it is resumed, as events of the run's hook (conftest.drive); "A | B":
-# event B right after A. The small run's events: online-request 1; training 0's batches, update 0..3; the policy's
-# update 0; checkpoint-writing 1; online-request 2, 3; training 1's batches, update 0..11; the policy's update 1; ...
+# event B right after A. The small run's events: online-request 1, 2; training 0's batch, update 0; the policy's update 0;
+# checkpoint-writing 1; online-request 3, 4; training 1's batches, update 0..2; the policy's update 1; ... With each
+# kill point, what the kill left (what_is_left): the checkpoints, the answers recorded, the journal's records, the
+# trainings with a saved model. A request batch's answers reach the journal after its event.
 KILLS = {
-    # while requests are labelled: before the first checkpoint (a resume finds none and starts again), then between
-    # the two request batches before update 1 (the journal written past checkpoint 1)
-    "labelling": ["online-request 1", "online-request 2"],
-    "retraining": ["online-request 3 | update 0"],  # the second training's first batch
-    "ppo": ["update 11 | update 1"],  # the policy's update 1 done, not yet saved
+    # while requests are labelled, between two request batches: before the first checkpoint (a resume finds none,
+    # cuts the journal back and starts again), then before update 1 (the journal past checkpoint 1's 32 labels)
+    "labelling": [("online-request 2", ([], 32, 16, [])),
+                  ("online-request 4", (["update_00000001"], 64, 48, ["reward_00"]))],
+    # the second training's first batch
+    "retraining": [("online-request 4 | update 0", (["update_00000001"], 64, 64, ["reward_00"]))],
+    # the policy's update 1 done, not yet saved
+    "ppo": [("update 2 | update 1", (["update_00000001"], 64, 64, ["reward_00", "reward_01"]))],
 }
 
 
@@ -186,18 +199,41 @@ def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
     assert code == -signal.SIGKILL, f"not killed at {at!r}; events {seen}"
 
 
-@pytest.mark.parametrize("case", list(KILLS))
-def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, tmp_path, offline_cache, case):
-    """kill -9 while labelling, in a retraining or in PPO, then --resume: the journal, metrics and policy of the
-    uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's)."""
-    run_dir = tmp_path / "run"
+def what_is_left(run_dir: Path) -> tuple[list[str], int, int, list[str]]:
+    """A killed run's directory: its checkpoints, the answers recorded (online/answers.jsonl), the journal's records,
+    the online trainings with a saved model."""
+    online = run_dir / "online"
+    journal = json.loads((online / "labels.json").read_text()) if (online / "labels.json").exists() else []
+    return ([p.name for p in list_checkpoints(run_dir)], len((online / "answers.jsonl").read_text().splitlines()),
+            len(journal), sorted(p.parent.name for p in online.glob("reward_*/reward_model")))
+
+
+@pytest.fixture(scope="module")
+def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
+    """The small run killed at every point of KILLS in turn (the first run fresh, each next one --resume from what the
+    last kill left), then resumed to its end -> (its directory, {kill point: what_is_left after it}). One chain, not a
+    fresh run per case: each kill still leaves the state its case names, and one resume to the end serves all three.
+    Seconds: five runs, each a model load and what it redoes after its last checkpoint."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
     env = environment(offline_cache)
-    for i, at in enumerate(KILLS[case]):
+    left = {}
+    for i, (at, _) in enumerate(kill for kills in KILLS.values() for kill in kills):
         killed_at(run_dir, env, at, resume=i > 0)
-    assert not (run_dir / "summary.json").exists()  # killed before its end
-    result = subprocess.run(policy_command(run_dir, "--resume"), capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=900)
+        left[at] = what_is_left(run_dir)
+    assert not (run_dir / "summary.json").exists()  # killed before its end, every time
+    result = subprocess.run(policy_command(run_dir, "--resume"), capture_output=True, text=True, env=env,
+                            cwd=run_dir.parent, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir, left
+
+
+@pytest.mark.parametrize("case", list(KILLS))
+def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chain, case):
+    """kill -9 while labelling, in a retraining or in PPO, then --resume: the journal, metrics and policy of the
+    uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's). Seconds: the two runs."""
+    run_dir, left = killed_chain
+    for at, state in KILLS[case]:
+        assert left[at] == state, f"the kill at {at!r} left {left[at]}"
     assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
     assert metrics(run_dir) == metrics(online_run)
     for name in ("model.safetensors", "head.pt"):  # the policy's weights, its value head

@@ -1,6 +1,6 @@
 """The `page` labeller (labellers.PageLabeller): a small online run of the offline task labelled in headless Chromium to its
-end; a run killed with labels given past its last checkpoint, resumed, keeps every one and asks none again; a port in
-use or a bad address is one line before anything loads.
+end, killed on the way with labels given past its last checkpoint: resumed, it keeps every one and asks none again; a
+stop signal ends a wait for labels; a port in use or a bad address is one line before anything loads.
 
 Sizes: 2 updates of 16 episodes, N_r^0 = 8, N_r = 16, margin 0: one batch of 16 requests before update 0; PPO waits
 for l(0) = 8 labels, then for l(16) = 8 + 8 * (1 - (1/2)^2) = 14 before update 1.
@@ -98,45 +98,6 @@ def journal_choices(run_dir: Path, tokenizer) -> Counter:
                     r["best"]) for r in records)
 
 
-def test_a_small_online_run_labelled_in_the_browser_to_its_end(assets, tmp_path, browser):  # noqa: F811
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    run_dir = tmp_path / "run"
-    run = Run(run_dir, label_env(tiny_offline_cache(tmp_path / "cache", assets)))
-    try:
-        need, have, url = waits(run, 0)
-        assert (need, have) == (8, 0)
-        browser.get(url)
-        clicked: Counter = Counter()
-
-        def label(count: int) -> None:
-            for k in range(count):
-                WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script("return state && state.item"))
-                item = browser.execute_script("return state.item")
-                labelled = browser.execute_script("return state.labelled")
-                browser.find_element(By.ID, f"sample{k % 4}").click()  # a real click on the k % 4-th response
-                WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script("return state.labelled") > labelled)
-                clicked[(item["query"], tuple(item["samples"]), k % 4)] += 1
-
-        label(8)
-        run.wait_for(r"8 labels after \d+ s; PPO goes on")
-        assert waits(run, 16)[:2] == (14, 8)  # update 0 done: PPO waits again, for l(16) labels
-        label(6)
-        run.wait_for(r"14 labels after \d+ s; PPO goes on")
-        output = run.finish()
-    finally:
-        run.kill()
-    assert run.process.returncode == 0, output[-3000:]
-    assert output.count("PPO waits") == 2  # one line per wait, not a line per label
-    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
-    assert journal_choices(run_dir, tokenizer) == clicked  # exactly the labels given, each with its tokens
-    with pytest.raises(OSError):  # the run has ended: so has its page
-        urllib.request.urlopen(url, timeout=5)
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["online/labels"] for m in metrics] == [8, 14] and metrics[1]["online/wait_time"] > 0
-
-
 def call(url: str, path: str, body: dict | None = None) -> dict:
     """One of the page's calls, as its own page makes it (Origin and the custom header on a POST)."""
     data = None if body is None else json.dumps(body).encode()
@@ -158,33 +119,65 @@ def give(url: str, count: int) -> list[tuple]:
     return given
 
 
-def test_labels_given_past_the_checkpoint_survive_a_kill_and_are_not_asked_again(assets, tmp_path):
+def click(driver, count: int) -> list[tuple]:
+    """``count`` labels given on the page the browser (``driver``) shows, each by a real click on the k % 4-th response, each
+    waited for until the page hears "saved" -> the (query, samples, best) of each."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    clicked = []
+    for k in range(count):
+        WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return state && state.item"))
+        item = driver.execute_script("return state.item")
+        labelled = driver.execute_script("return state.labelled")
+        driver.find_element(By.ID, f"sample{k % 4}").click()
+        WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return state.labelled") > labelled)
+        clicked.append((item["query"], tuple(item["samples"]), k % 4))
+    return clicked
+
+
+def test_a_small_online_run_labelled_in_the_browser_survives_a_kill_past_its_checkpoint(assets, tmp_path,
+                                                                                       browser):  # noqa: F811
+    """Labelled in headless Chromium to the run's end, killed (kill -9) on the way with labels given past its last
+    checkpoint, then resumed: each label given kept, none asked again. One run serves both promises (they were two
+    runs of this size); seconds: two launches, two reward trainings, two PPO updates, the closing evaluation."""
     run_dir = tmp_path / "run"
     env = label_env(tiny_offline_cache(tmp_path / "cache", assets))
     run = Run(run_dir, env)
     try:
-        given = give(waits(run, 0)[2], 8)
-        need, have, url = waits(run, 16)  # after update 0 (its checkpoint may still be on its way: either resumes)
-        assert (need, have) == (14, 8)
-        late = give(url, 4)  # past the last checkpoint, each fsynced before the page hears "saved"
+        need, have, url = waits(run, 0)
+        assert (need, have) == (8, 0)
+        browser.get(url)
+        given = click(browser, 8)
+        run.wait_for(r"8 labels after \d+ s; PPO goes on")
+        # update 0 done: PPO waits again, for l(16) labels (its checkpoint may still be on its way: either resumes)
+        assert waits(run, 16)[:2] == (14, 8)
+        late = click(browser, 4)  # past the last checkpoint, each fsynced before the page hears "saved"
     finally:
         run.kill()
+    assert "".join(run.seen).count("PPO waits") == 2  # one line per wait, not a line per label
     assert not (run_dir / "summary.json").exists()
 
     resumed = Run(run_dir, env, "--resume")
     try:
         need, have, url = waits(resumed, 16)
         assert (need, have) == (14, 12)  # the 4 late labels came back
-        shown = call(url, "/api/state?client=u")
-        assert shown["total"] == 4  # the 16 requests but the 12 answered: nothing is asked again
-        left = give(url, 2)
+        assert call(url, "/api/state?client=u")["total"] == 4  # the 16 requests but the 12 answered: none asked again
+        browser.get(url)
+        left = click(browser, 2)
         assert not {(q, s) for q, s, _ in left} & {(q, s) for q, s, _ in given + late}
+        resumed.wait_for(r"14 labels after \d+ s; PPO goes on")
         output = resumed.finish()
     finally:
         resumed.kill()
     assert resumed.process.returncode == 0, output[-3000:]
+    assert output.count("PPO waits") == 1
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
-    assert journal_choices(run_dir, tokenizer) == Counter(given + late + left)
+    assert journal_choices(run_dir, tokenizer) == Counter(given + late + left)  # exactly the labels given, with tokens
+    with pytest.raises(OSError):  # the run has ended: so has its page
+        urllib.request.urlopen(url, timeout=5)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["online/labels"] for m in metrics] == [8, 14] and metrics[1]["online/wait_time"] > 0
 
 
 def test_a_port_in_use_is_one_line_before_anything_loads(assets, tmp_path):
