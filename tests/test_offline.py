@@ -115,7 +115,9 @@ def test_the_shipped_assets_are_best_of_4_labels_of_the_gold_scorer(tokenizer, o
     is, every time, the gold scorer's pick among the four (its schema as OpenAI's files). Unpacked into the session's
     cache, as a run's first call does there (seconds), so that the end-to-end run below finds them built."""
     out = offline.ensure_offline_assets(offline_cache / offline.VERSION)
-    assert (out / "queries.txt").read_text() == "\n\n".join(offline.corpus(500, seed=1)) + "\n"
+    # compared into a bool first: pytest's diff of two 100 kB texts took over 15 minutes to report a failure
+    same_queries = (out / "queries.txt").read_text() == "\n\n".join(offline.corpus(500, seed=1)) + "\n"
+    assert same_queries, "queries.txt is not offline.corpus(500, seed=1)"
     lm = load_lm(str(out / "tiny-gpt2"))
     assert lm.config.vocab_size == 50257 and lm.config.n_layer == 2
     wte, vocab = lm.get_input_embeddings().weight, offline.corpus_vocab(tokenizer)
