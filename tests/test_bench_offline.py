@@ -29,27 +29,50 @@ def bench_env(offline_cache: Path) -> dict:
     return {**os.environ, "LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 
 
+# the reward model's normalisation before and after training on 32 policy samples, not the preset's 256 (two sampling
+# batches of 256 were a fifth of a CI-sized run): the table and its summary are the point, not the reward's scale
+NORMALISE = ["--rewards.train-new-model.normalize-samples", "32", "--rewards.train-new-model.rollout-batch-size", "32"]
+
+
 @pytest.fixture(scope="module")
 def offline_bench(tmp_path_factory, offline_cache):
-    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, out, runs, command, result)."""
+    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, out, runs, command, result).
+    The one real run of the benchmark's command line; the tests' later invocations call its main() in-process."""
     tmp_path = tmp_path_factory.mktemp("bench")
     out, runs = tmp_path / "offline.md", tmp_path / "runs"
     command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", *map(str, SEEDS), "--out", str(out),
                "--runs-dir", str(runs), "--final-queries", "16", "--",
                "--ppo.total-episodes", "64",  # 1 PPO update per seed
-               "--rewards.train-new-model.labels.num-train", "64"]  # 8 reward-model batches: the table is the point
+               "--rewards.train-new-model.labels.num-train", "64", *NORMALISE]  # 8 reward-model batches
     result = subprocess.run(command, capture_output=True, text=True, env=bench_env(offline_cache), cwd=tmp_path,
                             timeout=900)
     return tmp_path, out, runs, command, result
 
 
-def test_offline_benchmark_table(offline_bench, offline_cache):
+def bench_in_process(args: list, offline_cache: Path, monkeypatch, capsys) -> str:
+    """``python benchmarks/offline.py ARGS`` as a call of its main() in this process, with bench_env's variables (its
+    train_policy runs are still subprocesses) -> what it printed; its sys.exit fails the test. In-process because
+    the command line is run for real by `offline_bench`, and a second interpreter would only import torch again."""
+    from lm_human_preference_details import files
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from offline import main
+
+    for name in ("LMHP_CACHE", "WANDB_MODE", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(name, bench_env(offline_cache)[name])
+    monkeypatch.setattr(files, "CACHE_DIR", offline_cache)  # read at import, as a fresh process reads LMHP_CACHE
+    monkeypatch.setattr(sys, "argv", ["benchmarks/offline.py", *map(str, args)])
+    capsys.readouterr()
+    main()
+    return capsys.readouterr().out
+
+
+def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch, capsys):
     tmp_path, out, runs, command, result = offline_bench
-    env = bench_env(offline_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     text = out.read_text()
     assert text in result.stdout
-    assert "-- --ppo.total-episodes 64 --rewards.train-new-model.labels.num-train 64" in text
+    assert "-- --ppo.total-episodes 64 --rewards.train-new-model.labels.num-train 64 " + " ".join(NORMALISE) in text
     assert f"torch {version('torch')}" in text
     table = parse(text)
     titles = table["seed"]
@@ -87,9 +110,8 @@ def test_offline_benchmark_table(offline_bench, offline_cache):
     assert text.rstrip().endswith("every seed inside the README's ranges: no")
     # --reuse: the finished runs make the table again, wall times included, without running anything
     before = {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS}
-    again = subprocess.run([*command[:2], "--seeds", "2", "1", "--reuse", "--out", str(tmp_path / "again.md"),
-                            "--runs-dir", str(runs)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
+    bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs], offline_cache,
+                     monkeypatch, capsys)
     assert {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS} == before
     reused = parse((tmp_path / "again.md").read_text())
     assert reused["2"] == table["2"] and reused["1"] == table["1"]
@@ -125,25 +147,21 @@ def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
 
 
 # the online mode at its smallest: N_r^0 = 64, N_r = 128, two request batches of 64 before the one PPO update, one
-# training on the first 64 labels (the other 64 held out)
+# training on the first 64 labels (the other 64 held out), normalised on 32 samples as the offline seeds
 ONLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-train", "64", "--online.num-labels", "128",
-          "--online.margin", "64"]
+          "--online.margin", "64", *NORMALISE]
 
 
-def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path):
+def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path, monkeypatch,
+                                                                 capsys):
     _, _, runs, command, result = offline_bench
     assert result.returncode == 0, result.stderr[-3000:]
-    bench, env = command[:2], bench_env(offline_cache)
-    online = subprocess.run([*bench, "--modes", "online", "--seeds", "1", "--out", str(tmp_path / "online.md"),
-                             "--runs-dir", str(runs), "--final-queries", "16", "--", *ONLINE],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-    assert online.returncode == 0, online.stderr[-3000:]
+    bench_in_process(["--modes", "online", "--seeds", 1, "--out", tmp_path / "online.md", "--runs-dir", runs,
+                      "--final-queries", 16, "--", *ONLINE], offline_cache, monkeypatch, capsys)
     config = json.loads((runs / "online_seed1" / "config.json").read_text())
     assert config["task_name"] == "offline-online" and config["online"]["num_labels"] == 128
-    both = subprocess.run([*bench, "--modes", "offline", "online", "--seeds", "1", "--reuse", "--out",
-                           str(tmp_path / "both.md"), "--runs-dir", str(runs), "--final-queries", "16"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-    assert both.returncode == 0, both.stderr[-3000:]
+    bench_in_process(["--modes", "offline", "online", "--seeds", 1, "--reuse", "--out", tmp_path / "both.md",
+                      "--runs-dir", runs, "--final-queries", 16], offline_cache, monkeypatch, capsys)
     sections = (tmp_path / "both.md").read_text().split("\n## ")[1:]
     assert [s.splitlines()[0] for s in sections] == ["offline: `--task offline`", "online: `--task offline-online`"]
     assert "README's ranges" in sections[0] and "README's ranges" not in sections[1]  # its ranges are offline's
