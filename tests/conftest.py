@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import http.server
 import importlib
 import io
@@ -40,11 +39,6 @@ SLOW_FIRST = ["test_smoke.py", "test_ranks.py", "test_online.py", "test_offline.
               "test_torchrun_failures.py", "test_cluster_stops.py", "test_bench_offline.py", "test_checkpoint.py"]
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "two_processes: the test (or a fixture it builds) keeps both cores busy (a "
-                            "torchrun pair, two runs at once); under xdist it runs while no other test does")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under xdist: each test's group (its file, or SHARED_GROUPS'), and the slow files first."""
@@ -54,30 +48,6 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(item.path.name, item.path.name)))
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(SHARED_GROUPS.get(item.path.name, item.path.name), len(rank)))  # stable
-
-
-def _lock(path: Path, mode: int) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, mode)
-    return fd
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under xdist, a `two_processes` test holds the workers' lock alone and every other test shares it, so a torchrun
-    pair never has a second test beside it on 2 cores. A turnstile keeps it fair: a test that waits for the lock alone
-    holds the turnstile, so no new test takes a shared lock before it (flock alone would let shared ones starve it)."""
-    if not hasattr(item.config, "workerinput"):
-        yield
-        return
-    shared = Path(item.config.option.basetemp).parent  # xdist gives each worker CONTROLLER_BASETEMP/gwN
-    turnstile = _lock(shared / "turnstile.lock", fcntl.LOCK_EX)
-    held = _lock(shared / "two_processes.lock", fcntl.LOCK_EX if item.get_closest_marker("two_processes") else fcntl.LOCK_SH)
-    os.close(turnstile)
-    try:
-        yield
-    finally:
-        os.close(held)
 
 
 @contextlib.contextmanager

@@ -322,7 +322,6 @@ def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_m
         assert "--base-model" not in result.stderr  # a flag sample does not have
 
 
-@pytest.mark.two_processes
 def test_torchrun_prints_the_error_once(assets, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()

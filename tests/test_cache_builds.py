@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from conftest import in_process
 
 from lm_human_preference_details import files
@@ -84,7 +83,6 @@ BUILD = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.two_processes
 def test_three_processes_build_the_offline_assets_once(tmp_path):
     """The real builder, as every torchrun process runs it before the process group exists (RunArgs.finalize_run)."""
     out, go = tmp_path / "cache" / "offline", tmp_path / "go"
@@ -106,7 +104,6 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["offline"]  # no temporaries, no lock file
 
 
-@pytest.mark.two_processes
 def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path, monkeypatch):
     """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
     no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in

@@ -117,7 +117,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.two_processes
 def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward_model, tmp_path, monkeypatch):
     """`--nnodes 2` on localhost (c10d), each launcher in its own directory with `--output-dir runs/x --resume`, after
     a run that saved in node 0's only: one error line, both launchers fail, no traceback, node 0's run untouched and

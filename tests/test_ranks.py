@@ -193,7 +193,6 @@ def _policy_args(assets, reward_model, episodes):
             "--num-ranks", 4, "--device", "cpu"]
 
 
-@pytest.mark.two_processes
 def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_policy_runs, tmp_path):
     """--exact-ranks (the offline demo's default): the same reward run, then 2 PPO updates, on 1 process and on 2 (torchrun,
     gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit. The 1-process twins
@@ -218,7 +217,6 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_polic
     assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, True)
 
 
-@pytest.mark.two_processes
 def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
     """Without --exact-ranks (the default): one backward pass per process, gradients all-reduced as a mean.
 
@@ -256,7 +254,6 @@ print(f"process {os.environ['RANK']}: gloo threads {joined} -> {gloo_threads()}"
 '''
 
 
-@pytest.mark.two_processes
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in Linux's /proc")
 def test_leaving_the_process_group_ends_its_gloo_threads_after_a_model_load(assets, tmp_path):
     """A process that left the group keeps none of gloo's threads (alive into the interpreter's exit, they can make a

@@ -65,7 +65,6 @@ def metrics(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("ppo/elapsed/time", "ppo/elapsed/fps")} for r in rows]
 
 
-@pytest.mark.two_processes
 def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, reward_model, exact_policy_runs, tmp_path):
     """2 PPO updates with --exact-ranks, a checkpoint after each (conftest.exact_policy), uninterrupted on 1 process
     and on 2 (the shared runs), then each resumed from its update-1 checkpoint on the other count: by 2 torchrun

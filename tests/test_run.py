@@ -421,7 +421,6 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.two_processes
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
     out = tmp_path / "run"
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",

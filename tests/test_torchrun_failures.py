@@ -18,13 +18,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from lm_human_preference_details.run_dir import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.two_processes  # torchrun pairs, each test
-
 INJECT = textwrap.dedent('''
     import errno, os
     if os.environ.get("RANK") == "0" and os.environ.get("LMHP_TEST_INJECT"):
