@@ -9,12 +9,14 @@ screenshot to docs/labelling.png (the one docs/labelling.md shows).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from label_helpers import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
@@ -50,7 +52,16 @@ def browser():
     driver.quit()
 
 
-def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, browser):
+@pytest.fixture()
+def default_port():
+    """The tool's default port belongs to the machine, not to one test run: a second suite on the same machine (two
+    checkouts, a CI job beside a developer's run) waits here for this test to end instead of finding the port in use."""
+    with open(os.path.join(tempfile.gettempdir(), "lmhp-tests-default-label-port.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, browser, default_port):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
