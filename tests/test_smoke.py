@@ -13,9 +13,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# One CPU thread in every run of this file, in its subprocesses (OMP_NUM_THREADS) and in this process (`one_thread`): the
+# suite's two workers already keep both cores busy, and a run's second thread only spins waiting for the first (the
+# in-process runs cost about three times the CPU seconds on two threads, on a loaded 2-core VM).
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT),
+       "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """This file's runs and sampling in this process on one thread, as its subprocesses (ENV)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def run(script, *args, cwd=ROOT, env_extra=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {**os.environ, **ENV, **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
 
@@ -66,8 +81,7 @@ def run_cases(script, cases, workdir, env_extra=None):
     spec = {"module": Path(script).stem if is_script else "lm_human_preference_details.model",  # not the module: runpy
             "script": str(ROOT / script) if is_script else script, "dir": str(workdir),  # warns when it is imported
             "cases": [([str(a) for a in argv], env, str(cwd[0]) if cwd else None) for argv, env, *cwd in cases]}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {**os.environ, **ENV, **(env_extra or {})}
     runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
                             cwd=workdir / "cwd", env=env, timeout=600)
     assert runner.returncode == 0, runner.stderr[-3000:]
