@@ -1,10 +1,16 @@
-"""Both scripts end to end in a subprocess on the tiny offline assets: what was logged and saved."""
+"""Both scripts end to end in a subprocess on the tiny offline assets: what was logged and saved; every bad input of
+both ends in one line before anything is written (in this process, and one case in a real process)."""
 
+import contextlib
+import importlib
+import io
 import json
 import math
 import os
 import subprocess
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -88,6 +94,35 @@ def run_cases(script, cases, workdir, env_extra=None):
     codes = json.loads((workdir / "codes.json").read_text())
     return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
             for i, ((argv, *_), code) in enumerate(zip(spec["cases"], codes))]
+
+
+def refused_in_process(script, argv, cwd):
+    """``python SCRIPT ARGV`` for a bad input that ends at flag checking, as ``main(argv)`` under the scripts' own
+    errors.run_main (its one line, its exit status) in this process, in the working directory ``cwd`` -> a
+    CompletedProcess as `run` gives, its stderr with the warnings a fresh interpreter would print there (pytest would
+    otherwise keep them). A process of its own would only add torch's and transformers' imports (~5 s per case)."""
+    from lm_human_preference_details.errors import run_main
+
+    main = importlib.import_module(Path(script).stem).main
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings(record=True) as shown, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            code = 0
+            try:
+                run_main(lambda: main([str(a) for a in argv]))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+            except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(here)
+    stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
+    return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
 
 
 def metrics(run_dir):
@@ -201,9 +236,10 @@ def assert_one_line_error(result, message, out, cwd):
     assert not any(cwd.iterdir()), sorted(cwd.iterdir())
 
 
-# the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries
-# the hub client reads these when it is first imported, which the package does at its import: so the no-network cases
-# run as real processes, not as forks of a runner that has imported the script with HF_HUB_OFFLINE=1
+# the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries.
+# The hub client reads these when it is first imported, which the package does at its import: policy_bad_runs' case is
+# a real process started with them (the one real process of these cases, the exit status and line as a user gets them);
+# reward_bad_runs' twin runs in this process with the hub client's settings as they give them (`hub_unreachable`).
 NO_NETWORK = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
 NO_NETWORK_ERROR = ("you appear to be offline; set HF_HUB_OFFLINE=1 to use what the Hugging Face cache holds, or pass "
                     "--base-model DIR")
@@ -257,18 +293,42 @@ def _runnable(params):
     return {p.id: p.values[0] for p in params if not any(m.name == "skipif" and m.args[0] for m in p.marks)}
 
 
+@contextlib.contextmanager
+def hub_unreachable():
+    """The hub client's settings in this process as NO_NETWORK's environment gives them in a new one; the package's
+    one check of the hub's answer (downloads.hub_reachable, cached per process) is asked afresh inside and after."""
+    from huggingface_hub import constants
+
+    from lm_human_preference_details.downloads import hub_reachable
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", NO_NETWORK["HF_ENDPOINT"])
+        hub_reachable.cache_clear()
+        try:
+            yield
+        finally:
+            hub_reachable.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
-    """Every reward case at once (run_cases): each its own output directory."""
+    """Every reward case in this process (`refused_in_process`, each its own output directory), in one working
+    directory, with the downloads cache in the work directory; the no-network case as `hub_unreachable` sets it."""
+    from lm_human_preference_details import files
+
     work = tmp_path_factory.mktemp("reward-bad")
+    (work / "cwd").mkdir()
     cases = _runnable(REWARD_CASES)
     offline = cases.pop("no-network")
-    results = run_cases("train_reward.py", [(reward_args(assets, work / key) + _fill(change, assets, bad_inputs), {})
-                                            for key, change in cases.items()], work / "runner",
-                        {"LMHP_CACHE": str(work / "cache")})
-    results = dict(zip(cases, results))
-    results["no-network"] = run("train_reward.py", *reward_args(assets, work / "no-network"), *offline,
-                                cwd=work / "runner" / "cwd", env_extra={**NO_NETWORK, "LMHP_CACHE": str(work / "cache")})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(files, "CACHE_DIR", work / "cache")  # what $LMHP_CACHE sets when the package is imported
+        results = {key: refused_in_process("train_reward.py", reward_args(assets, work / key)
+                                           + _fill(change, assets, bad_inputs), work / "cwd")
+                   for key, change in cases.items()}
+        with hub_unreachable():
+            results["no-network"] = refused_in_process("train_reward.py", reward_args(assets, work / "no-network")
+                                                       + offline, work / "cwd")
     return work, results
 
 
@@ -276,7 +336,7 @@ def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_reward_bad_input_is_one_line_and_writes_nothing(reward_bad_runs, assets, bad_inputs, change, message, request):
     work, results = reward_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "runner" / "cwd")
+    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "cwd")
     assert "delete it to download it again" not in results[key].stderr  # never said of the user's own file
 
 
@@ -397,16 +457,16 @@ POLICY_CASES = [
 
 @pytest.fixture(scope="module")
 def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
-    """Every policy case at once (run_cases), against a saved (untrained) reward model directory."""
+    """Every policy case against a saved (untrained) reward model directory: in this process (`refused_in_process`),
+    but the no-network case in a real process (NO_NETWORK)."""
     work = tmp_path_factory.mktemp("policy-bad")
+    (work / "cwd").mkdir()
     cases = _runnable(POLICY_CASES)
     offline = cases.pop("no-network")
-    results = run_cases("train_policy.py", [(policy_args(assets, bad_inputs / "reward_model", work / key)
-                                             + _fill(change, assets, bad_inputs), {}) for key, change in cases.items()],
-                        work / "runner")
-    results = dict(zip(cases, results))
+    results = {key: refused_in_process("train_policy.py", policy_args(assets, bad_inputs / "reward_model", work / key)
+                                       + _fill(change, assets, bad_inputs), work / "cwd") for key, change in cases.items()}
     results["no-network"] = run("train_policy.py", *policy_args(assets, bad_inputs / "reward_model", work / "no-network"),
-                                *offline, cwd=work / "runner" / "cwd", env_extra=NO_NETWORK)
+                                *offline, cwd=work / "cwd", env_extra=NO_NETWORK)
     return work, results
 
 
@@ -414,7 +474,7 @@ def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_policy_bad_input(policy_bad_runs, bad_inputs, change, message, request):
     work, results = policy_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key, work / "runner" / "cwd")
+    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key, work / "cwd")
     if key == "reward-model-without-weights":  # its own files are missing, not the base model's
         assert "pass --base-model" not in results[key].stderr
 
