@@ -7,14 +7,17 @@ import io
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import traceback
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from conftest import in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,10 +185,11 @@ def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
 
 
 def test_same_seed_same_numbers(reward_run, assets, tmp_path):
-    """The subprocess's reward run again, in this process (a second subprocess would only add the imports)."""
-    import train_reward
-
-    train_reward.main([str(a) for a in reward_args(assets, tmp_path / "again")])
+    """The subprocess's reward run again, in this process (a second subprocess would only add the imports), from other
+    states of the global generators than a new interpreter's: a run that draws from them unseeded numbers differently."""
+    torch.manual_seed(11), np.random.seed(11), random.seed(11)  # restore_global_generators gives them back
+    torch.rand(7), np.random.rand(7), random.random()
+    in_process("train_reward.py", *reward_args(assets, tmp_path / "again"))
     first, second = metrics(reward_run), metrics(tmp_path / "again")
     assert first == second
 
@@ -409,23 +413,6 @@ def test_policy_is_saved_and_reloads(policy_run, assets):
     assert not list(out.glob(".policy.*"))  # no temporary directories left behind
 
 
-def test_reference_model_never_changes(assets, reward_run, tmp_path):
-    import train_policy
-    from lm_human_preference_details.model import load_lm
-
-    args = train_policy.build_args("sentiment")
-    args.base_model, args.rewards.trained_model = str(assets / "tiny-gpt2"), str(reward_run / "reward_model")
-    args.task.query_dataset, args.output_dir, args.device = str(assets / "queries.txt"), str(tmp_path / "run"), "cpu"
-    args.ppo.total_episodes, args.ppo.batch_size, args.num_ranks, args.ppo.noptepochs = 32, 16, 2, 1
-    args.ppo.lr = 1e-3
-    out = train_policy.train(args.finalize())
-    base = load_lm(str(assets / "tiny-gpt2"))
-    for a, b in zip(out["ref_policy"].lm.parameters(), base.parameters()):
-        assert torch.equal(a, b)
-    assert torch.count_nonzero(out["ref_policy"].head.weight) == 0
-    assert any(not torch.equal(a, b) for a, b in zip(out["policy"].lm.parameters(), base.parameters()))
-
-
 POLICY_CASES = [
     pytest.param(["--ppo.batch-size", 0], "--ppo.batch-size is 0", id="ppo-batch-size-0"),
     pytest.param(["--ppo.nminibatches", 0], "--ppo.nminibatches is 0", id="nminibatches-0"),
@@ -479,20 +466,20 @@ def test_policy_bad_input(policy_bad_runs, bad_inputs, change, message, request)
         assert "pass --base-model" not in results[key].stderr
 
 
-def test_combined_run_with_label_file_queries(assets, tmp_path, capsys):
+def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets, tmp_path, capsys):
     """oai-label-queries through PPO: the reward model trains first with its own nested options, then PPO reads the
-    label file's queries too (the policy run passes its label source on). In this process: the scripts' subprocess
-    runs are policy_run's and reward_run's."""
+    label file's queries too (the policy run passes its label source on); the reference model never changes while the
+    policy trains. In this process: the scripts' subprocess runs are policy_run's and reward_run's."""
     import ast
 
     import train_policy
     from lm_human_preference_details.labels import OAI_PAD
-    from lm_human_preference_details.model import load_model_dir
+    from lm_human_preference_details.model import load_lm, load_model_dir
     from lm_human_preference_details.tokenizer import load_tokenizer
 
     out = tmp_path / "run"
     new = "--rewards.train-new-model."
-    train_policy.main([str(a) for a in (
+    trained = train_policy.main([str(a) for a in (
         "--base-model", assets / "tiny-gpt2", "--task.query-dataset", "oai-label-queries",
         f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 32, f"{new}batch-size", 16,
         f"{new}lr", 2e-3, f"{new}rollout-batch-size", 16, f"{new}normalize-samples", 16, f"{new}eval-labels", 0,
@@ -511,3 +498,9 @@ def test_combined_run_with_label_file_queries(assets, tmp_path, capsys):
     lines = stdout.splitlines()
     printed = [ast.literal_eval(q) for q, nxt in zip(lines, lines[1:]) if nxt.startswith("  -> ")]
     assert printed and set(printed) <= label_queries
+    # the reference policy: the base model bit for bit, its value head still zero, after 2 updates that moved the policy
+    base = load_lm(str(assets / "tiny-gpt2"))
+    for a, b in zip(trained["ref_policy"].lm.parameters(), base.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.count_nonzero(trained["ref_policy"].head.weight) == 0
+    assert any(not torch.equal(a, b) for a, b in zip(trained["policy"].lm.parameters(), base.parameters()))
