@@ -135,7 +135,7 @@ def metrics(run_dir):
 def reward_args(assets, out, seed=3, num_train=64):
     return ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
             "--labels.num-train", num_train, "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt",
-            "--rollout-batch-size", 64, "--normalize-samples", 128, "--eval-labels", 32, "--seed", seed,
+            "--rollout-batch-size", 64, "--normalize-samples", 64, "--eval-labels", 32, "--seed", seed,
             "--output-dir", out, "--device", "cpu"]
 
 
@@ -168,18 +168,15 @@ def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
     model, tokenizer, hparams = load_model_dir(reward_run / "reward_model", "reward")
     assert hparams["task"]["query_length"] == 64 and hparams["seed"] == 3
     assert model.gain.item() != 1.0  # D8: gain and bias travel with the model
-    # D7: rewards of fresh samples from the initial policy have mean ~0 and std ~1
+    # D7: rewards of fresh samples from the initial policy have mean ~0 and std ~1 (128 samples, other queries and noise
+    # than the run's 64: mean -0.08, std 1.08 here; without normalize_after the mean is about 2)
     torch.manual_seed(123)
     policy = Policy(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id, 0.7)
     sampler = QuerySampler(tokenizer, source=query_source(str(assets / "queries.txt")), query_length=64, start_text=".",
                            end_text=".", batch_size=128, seed=5)
-    rewards = []
     with torch.no_grad():
-        for _ in range(2):
-            queries = next(sampler)
-            responses = policy.sample(format_queries(queries, [], []), 24)["responses"]
-            rewards.append(model.score(queries, responses))
-    rewards = torch.cat(rewards)
+        queries = next(sampler)
+        rewards = model.score(queries, policy.sample(format_queries(queries, [], []), 24)["responses"])
     assert abs(rewards.mean().item()) < 0.35
     assert 0.7 < rewards.std().item() < 1.4
 
