@@ -100,15 +100,17 @@ def run_cases(script, cases, workdir, env_extra=None):
 
 
 def refused_in_process(script, argv, cwd):
-    """``python SCRIPT ARGV`` for a bad input that ends at flag checking, as ``main(argv)`` under the scripts' own
-    errors.run_main (its one line, its exit status) in this process, in the working directory ``cwd`` -> a
-    CompletedProcess as `run` gives, its stderr with the warnings a fresh interpreter would print there (pytest would
-    otherwise keep them). A process of its own would only add torch's and transformers' imports (~5 s per case)."""
+    """``python SCRIPT ARGV`` (or ``python -m MODULE ARGV`` when ``script`` is a package module's name) for a bad input
+    that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
+    with sys.argv as the interpreter sets it, in the working directory ``cwd`` -> a CompletedProcess as `run` gives,
+    its stderr with the warnings a new interpreter would print there (pytest would otherwise keep them). A process of
+    its own would only add the imports of torch (~2 s), and of transformers where the case reads a model (~1 s)."""
     from lm_human_preference_details.errors import run_main
 
-    main = importlib.import_module(Path(script).stem).main
-    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    module = importlib.import_module(Path(script).stem if str(script).endswith(".py") else script)
+    out, err, here, sys_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
     os.chdir(cwd)
+    sys.argv = [module.__file__, *map(str, argv)]  # the name tyro's messages give the command (`run X --help`)
     try:
         with warnings.catch_warnings(record=True) as shown, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
@@ -116,7 +118,7 @@ def refused_in_process(script, argv, cwd):
                 warnings.simplefilter("ignore", category)
             code = 0
             try:
-                run_main(lambda: main([str(a) for a in argv]))
+                run_main(lambda: module.main(sys.argv[1:]))
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (e.code is not None)
             except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
@@ -124,6 +126,7 @@ def refused_in_process(script, argv, cwd):
                 code = 1
     finally:
         os.chdir(here)
+        sys.argv = sys_argv
     stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
     return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
 
