@@ -144,7 +144,7 @@ def reward_args(assets, out, seed=3, num_train=64):
 
 @pytest.fixture(scope="module")
 def reward_run(assets, tmp_path_factory):
-    """`python train_reward.py` as a user runs it, a real process (this file's end-to-end run of it), ~4 s with its
+    """`python train_reward.py` as a user runs it, a real process (this file's end-to-end run of it), ~6 CPU-s with its
     imports: one epoch of 4 batches of 16 labels, normalised on 64 policy samples before and after. Shared by the
     reward tests and policy_run."""
     out = tmp_path_factory.mktemp("reward") / "run"
@@ -367,8 +367,9 @@ def policy_args(assets, reward_dir, out):
 
 @pytest.fixture(scope="module")
 def policy_run(assets, reward_run, tmp_path_factory):
-    """`python train_policy.py` as a user runs it, a real process on reward_run's model, ~5 s with its imports: 3 updates
-    of 16 episodes, the least that shows the KL controller step twice, the second from the coefficient the first set."""
+    """`python train_policy.py` as a user runs it, a real process on reward_run's model, ~10 CPU-s (half of them its
+    imports): 3 updates of 16 episodes, the least that shows the KL controller step twice, the second from the
+    coefficient the first set."""
     out = tmp_path_factory.mktemp("policy") / "run"
     result = run("train_policy.py", *policy_args(assets, reward_run / "reward_model", out))
     assert result.returncode == 0, result.stderr[-3000:]
