@@ -104,7 +104,7 @@ def refused_in_process(script, argv, cwd):
     that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
     with sys.argv as the interpreter sets it, in the working directory ``cwd`` -> a CompletedProcess as `run` gives,
     its stderr with the warnings a new interpreter would print there (pytest would otherwise keep them). A process of
-    its own would only add the imports of torch (~2 s), and of transformers where the case reads a model (~1 s)."""
+    its own would only add imports: torch's, and transformers' again in each case that reads a model."""
     from lm_human_preference_details.errors import run_main
 
     module = importlib.import_module(Path(script).stem if str(script).endswith(".py") else script)
