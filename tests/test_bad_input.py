@@ -1,7 +1,9 @@
 """Bad input of every kind ends in one `error:` line naming the flag, a non-zero exit, and nothing written (issue 22).
 
-Values are checked in-process through Args.finalize (fast); parse errors, files read before the run, `sample` and
-torchrun in real processes, each in an empty working directory that must stay empty.
+Values are checked in-process through Args.finalize (fast); parse errors, files read before the run and `sample` as
+the scripts' main(argv) under their errors.run_main in this process (test_smoke.refused_in_process: a process of their
+own would only add torch's imports), torchrun in real processes, each in an empty working directory that must stay
+empty.
 """
 
 from __future__ import annotations
@@ -18,25 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
        "PYTHONPATH": str(ROOT)}
-
-
-def run_forked(script: str, cases: list[list], work: Path) -> list[subprocess.CompletedProcess]:
-    """`python SCRIPT ARGS` for each ARGS of ``cases`` (one import of the script, a fork per case; test_smoke's
-    FORK_RUNNER), run in the empty directory work/cwd."""
-    from test_smoke import FORK_RUNNER
-
-    (work / "cwd").mkdir(parents=True)
-    (work / "runner").mkdir()
-    spec = {"module": Path(script).stem, "script": str(ROOT / script), "dir": str(work / "runner"),
-            "cases": [([str(a) for a in argv], {}, None) for argv in cases]}
-    env = {**os.environ, **ENV, "LMHP_CACHE": str(work / "cache")}
-    runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
-                            cwd=work / "cwd", env=env, timeout=900)
-    assert runner.returncode == 0, runner.stderr[-3000:]
-    codes = json.loads((work / "runner" / "codes.json").read_text())
-    read = lambda i, name: (work / "runner" / f"{i}.{name}").read_text()  # noqa: E731
-    return [subprocess.CompletedProcess(argv, code, read(i, "out"), read(i, "err"))
-            for i, (argv, code) in enumerate(zip(cases, codes))]
 
 
 def assert_refused(result, message: str, out: Path, cwd: Path) -> None:
@@ -270,10 +253,17 @@ REWARD_CASES = {
 
 @pytest.fixture(scope="module")
 def reward_results(assets, bad_files, tmp_path_factory):
+    from test_smoke import refused_in_process
+
+    from lm_human_preference_details import files
+
     work = tmp_path_factory.mktemp("reward-bad-input")
-    cases = [reward_args(assets, work / "out" / key) + [str(a).format(f=bad_files) for a in change]
-             for key, (change, _) in REWARD_CASES.items()]
-    return work, dict(zip(REWARD_CASES, run_forked("train_reward.py", cases, work)))
+    (work / "cwd").mkdir()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(files, "CACHE_DIR", work / "cache")  # what $LMHP_CACHE sets when the package is imported
+        return work, {key: refused_in_process("train_reward.py", reward_args(assets, work / "out" / key)
+                                              + [str(a).format(f=bad_files) for a in change], work / "cwd")
+                      for key, (change, _) in REWARD_CASES.items()}
 
 
 @pytest.mark.parametrize("key", REWARD_CASES)
@@ -283,19 +273,22 @@ def test_reward_bad_input_is_one_line_before_anything_is_written(reward_results,
 
 
 def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
+    from test_smoke import refused_in_process
+
     base = ["--base-model", assets / "tiny-gpt2", "--task.query-dataset", assets / "queries.txt", "--device", "cpu"]
     cases = {"lr-not-a-number": (["--ppo.lr", "abc"], "cannot parse --ppo.lr"),
              "lr-nan": (["--ppo.lr", "nan"], "--ppo.lr is nan"),
              "gamma-2": (["--ppo.gamma", "2"], "--ppo.gamma is 2.0"),
              "kl-coef-negative": (["--rewards.kl-coef", "-1"], "--rewards.kl-coef is -1.0")}
-    results = run_forked("train_policy.py", [base + ["--output-dir", tmp_path / "out" / k] + change
-                                             for k, (change, _) in cases.items()], tmp_path)
-    for (key, (_, message)), result in zip(cases.items(), results):
+    (tmp_path / "cwd").mkdir()
+    for key, (change, message) in cases.items():
+        result = refused_in_process("train_policy.py", base + ["--output-dir", tmp_path / "out" / key] + change,
+                                    tmp_path / "cwd")
         assert_refused(result, message, tmp_path / "out" / key, tmp_path / "cwd")
 
 
 def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_model_dir, tmp_path):
-    from test_smoke import run_cases
+    from test_smoke import refused_in_process
 
     run = tmp_path / "run"  # what train_policy.py leaves: config.json, policy/, checkpoints/update_N/state.pt
     (run / "policy").mkdir(parents=True)
@@ -315,9 +308,8 @@ def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_m
         ([], "--policy runs/policy_sentiment_seed1/policy does not exist (the default of --task sentiment): train one "
          "with `python train_policy.py --task sentiment`"),
     ]
-    results = run_cases("lm_human_preference_details.sample", [([*argv, "--output-dir", tmp_path / "out"], {}, cwd)
-                                                              for argv, _ in cases], tmp_path / "forked", ENV)
-    for (_, message), result in zip(cases, results):
+    for argv, message in cases:
+        result = refused_in_process("lm_human_preference_details.sample", [*argv, "--output-dir", tmp_path / "out"], cwd)
         assert_refused(result, message, tmp_path / "out", cwd)
         assert "--base-model" not in result.stderr  # a flag sample does not have
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from test_bad_input import assert_refused, reward_args, run_forked
+from test_bad_input import assert_refused, reward_args
 from test_hf_queries import write_tldr_zip
 
 from lm_human_preference_details.errors import UserError
@@ -87,7 +87,11 @@ CASES = {  # file (in query_files), the message
 
 
 def test_bad_query_files_are_refused_before_the_run_writes_anything(assets, query_files, tmp_path):
-    cases = [reward_args(assets, tmp_path / "out" / key) + ["--task.query-dataset", query_files / name]
-             for key, (name, _) in CASES.items()]
-    for key, result in zip(CASES, run_forked("train_reward.py", cases, tmp_path)):
-        assert_refused(result, CASES[key][1], tmp_path / "out" / key, tmp_path / "cwd")
+    """Each case as `python train_reward.py` ends on it, run in this process (test_smoke.refused_in_process)."""
+    from test_smoke import refused_in_process
+
+    (tmp_path / "cwd").mkdir()
+    for key, (name, message) in CASES.items():
+        argv = reward_args(assets, tmp_path / "out" / key) + ["--task.query-dataset", query_files / name]
+        assert_refused(refused_in_process("train_reward.py", argv, tmp_path / "cwd"), message, tmp_path / "out" / key,
+                       tmp_path / "cwd")

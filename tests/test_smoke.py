@@ -1,21 +1,45 @@
-"""Both scripts end to end in a subprocess on the tiny offline assets: what was logged and saved."""
+"""Both scripts end to end in a subprocess on the tiny offline assets: what was logged and saved; every bad input of
+both ends in one line before anything is written (in this process, and one case in a real process)."""
 
+import contextlib
+import importlib
+import io
 import json
 import math
 import os
+import random
 import subprocess
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from conftest import in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# One CPU thread in every run of this file, in its subprocesses (OMP_NUM_THREADS) and in this process (`one_thread`): the
+# suite's two workers already keep both cores busy, and a run's second thread only spins waiting for the first (the
+# in-process runs cost about three times the CPU seconds on two threads, on a loaded 2-core VM).
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT),
+       "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """This file's runs and sampling in this process on one thread, as its subprocesses (ENV)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def run(script, *args, cwd=ROOT, env_extra=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {**os.environ, **ENV, **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
 
@@ -66,14 +90,45 @@ def run_cases(script, cases, workdir, env_extra=None):
     spec = {"module": Path(script).stem if is_script else "lm_human_preference_details.model",  # not the module: runpy
             "script": str(ROOT / script) if is_script else script, "dir": str(workdir),  # warns when it is imported
             "cases": [([str(a) for a in argv], env, str(cwd[0]) if cwd else None) for argv, env, *cwd in cases]}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {**os.environ, **ENV, **(env_extra or {})}
     runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
                             cwd=workdir / "cwd", env=env, timeout=600)
     assert runner.returncode == 0, runner.stderr[-3000:]
     codes = json.loads((workdir / "codes.json").read_text())
     return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
             for i, ((argv, *_), code) in enumerate(zip(spec["cases"], codes))]
+
+
+def refused_in_process(script, argv, cwd):
+    """``python SCRIPT ARGV`` (or ``python -m MODULE ARGV`` when ``script`` is a package module's name) for a bad input
+    that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
+    with sys.argv as the interpreter sets it, in the working directory ``cwd`` -> a CompletedProcess as `run` gives,
+    its stderr with the warnings a new interpreter would print there (pytest would otherwise keep them). A process of
+    its own would only add imports: torch's, and transformers' again in each case that reads a model."""
+    from lm_human_preference_details.errors import run_main
+
+    module = importlib.import_module(Path(script).stem if str(script).endswith(".py") else script)
+    out, err, here, sys_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    os.chdir(cwd)
+    sys.argv = [module.__file__, *map(str, argv)]  # the name tyro's messages give the command (`run X --help`)
+    try:
+        with warnings.catch_warnings(record=True) as shown, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            code = 0
+            try:
+                run_main(lambda: module.main(sys.argv[1:]))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+            except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(here)
+        sys.argv = sys_argv
+    stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
+    return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
 
 
 def metrics(run_dir):
@@ -83,12 +138,15 @@ def metrics(run_dir):
 def reward_args(assets, out, seed=3, num_train=64):
     return ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
             "--labels.num-train", num_train, "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt",
-            "--rollout-batch-size", 64, "--normalize-samples", 128, "--eval-labels", 32, "--seed", seed,
+            "--rollout-batch-size", 64, "--normalize-samples", 64, "--eval-labels", 32, "--seed", seed,
             "--output-dir", out, "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
 def reward_run(assets, tmp_path_factory):
+    """`python train_reward.py` as a user runs it, a real process (this file's end-to-end run of it), ~6 CPU-s with its
+    imports: one epoch of 4 batches of 16 labels, normalised on 64 policy samples before and after. Shared by the
+    reward tests and policy_run."""
     out = tmp_path_factory.mktemp("reward") / "run"
     result = run("train_reward.py", *reward_args(assets, out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -116,27 +174,25 @@ def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
     model, tokenizer, hparams = load_model_dir(reward_run / "reward_model", "reward")
     assert hparams["task"]["query_length"] == 64 and hparams["seed"] == 3
     assert model.gain.item() != 1.0  # D8: gain and bias travel with the model
-    # D7: rewards of fresh samples from the initial policy have mean ~0 and std ~1
+    # D7: rewards of fresh samples from the initial policy have mean ~0 and std ~1 (128 samples, other queries and noise
+    # than the run's 64: mean -0.08, std 1.08 here; without normalize_after the mean is about 2)
     torch.manual_seed(123)
     policy = Policy(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id, 0.7)
     sampler = QuerySampler(tokenizer, source=query_source(str(assets / "queries.txt")), query_length=64, start_text=".",
                            end_text=".", batch_size=128, seed=5)
-    rewards = []
     with torch.no_grad():
-        for _ in range(2):
-            queries = next(sampler)
-            responses = policy.sample(format_queries(queries, [], []), 24)["responses"]
-            rewards.append(model.score(queries, responses))
-    rewards = torch.cat(rewards)
+        queries = next(sampler)
+        rewards = model.score(queries, policy.sample(format_queries(queries, [], []), 24)["responses"])
     assert abs(rewards.mean().item()) < 0.35
     assert 0.7 < rewards.std().item() < 1.4
 
 
 def test_same_seed_same_numbers(reward_run, assets, tmp_path):
-    """The subprocess's reward run again, in this process (a second subprocess would only add the imports)."""
-    import train_reward
-
-    train_reward.main([str(a) for a in reward_args(assets, tmp_path / "again")])
+    """The subprocess's reward run again, in this process (a second subprocess would only add the imports), from other
+    states of the global generators than a new interpreter's: a run that draws from them unseeded numbers differently."""
+    torch.manual_seed(11), np.random.seed(11), random.seed(11)  # restore_global_generators gives them back
+    torch.rand(7), np.random.rand(7), random.random()
+    in_process("train_reward.py", *reward_args(assets, tmp_path / "again"))
     first, second = metrics(reward_run), metrics(tmp_path / "again")
     assert first == second
 
@@ -187,9 +243,10 @@ def assert_one_line_error(result, message, out, cwd):
     assert not any(cwd.iterdir()), sorted(cwd.iterdir())
 
 
-# the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries
-# the hub client reads these when it is first imported, which the package does at its import: so the no-network cases
-# run as real processes, not as forks of a runner that has imported the script with HF_HUB_OFFLINE=1
+# the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries.
+# The hub client reads these when it is first imported, which the package does at its import: policy_bad_runs' case is
+# a real process started with them (the one real process of these cases, the exit status and line as a user gets them);
+# reward_bad_runs' twin runs in this process with the hub client's settings as they give them (`hub_unreachable`).
 NO_NETWORK = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
 NO_NETWORK_ERROR = ("you appear to be offline; set HF_HUB_OFFLINE=1 to use what the Hugging Face cache holds, or pass "
                     "--base-model DIR")
@@ -243,18 +300,42 @@ def _runnable(params):
     return {p.id: p.values[0] for p in params if not any(m.name == "skipif" and m.args[0] for m in p.marks)}
 
 
+@contextlib.contextmanager
+def hub_unreachable():
+    """The hub client's settings in this process as NO_NETWORK's environment gives them in a new one; the package's
+    one check of the hub's answer (downloads.hub_reachable, cached per process) is asked afresh inside and after."""
+    from huggingface_hub import constants
+
+    from lm_human_preference_details.downloads import hub_reachable
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", NO_NETWORK["HF_ENDPOINT"])
+        hub_reachable.cache_clear()
+        try:
+            yield
+        finally:
+            hub_reachable.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
-    """Every reward case at once (run_cases): each its own output directory."""
+    """Every reward case in this process (`refused_in_process`, each its own output directory), in one working
+    directory, with the downloads cache in the work directory; the no-network case as `hub_unreachable` sets it."""
+    from lm_human_preference_details import files
+
     work = tmp_path_factory.mktemp("reward-bad")
+    (work / "cwd").mkdir()
     cases = _runnable(REWARD_CASES)
     offline = cases.pop("no-network")
-    results = run_cases("train_reward.py", [(reward_args(assets, work / key) + _fill(change, assets, bad_inputs), {})
-                                            for key, change in cases.items()], work / "runner",
-                        {"LMHP_CACHE": str(work / "cache")})
-    results = dict(zip(cases, results))
-    results["no-network"] = run("train_reward.py", *reward_args(assets, work / "no-network"), *offline,
-                                cwd=work / "runner" / "cwd", env_extra={**NO_NETWORK, "LMHP_CACHE": str(work / "cache")})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(files, "CACHE_DIR", work / "cache")  # what $LMHP_CACHE sets when the package is imported
+        results = {key: refused_in_process("train_reward.py", reward_args(assets, work / key)
+                                           + _fill(change, assets, bad_inputs), work / "cwd")
+                   for key, change in cases.items()}
+        with hub_unreachable():
+            results["no-network"] = refused_in_process("train_reward.py", reward_args(assets, work / "no-network")
+                                                       + offline, work / "cwd")
     return work, results
 
 
@@ -262,7 +343,7 @@ def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_reward_bad_input_is_one_line_and_writes_nothing(reward_bad_runs, assets, bad_inputs, change, message, request):
     work, results = reward_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "runner" / "cwd")
+    assert_one_line_error(results[key], message.format(a=assets, b=bad_inputs), work / key, work / "cwd")
     assert "delete it to download it again" not in results[key].stderr  # never said of the user's own file
 
 
@@ -286,6 +367,9 @@ def policy_args(assets, reward_dir, out):
 
 @pytest.fixture(scope="module")
 def policy_run(assets, reward_run, tmp_path_factory):
+    """`python train_policy.py` as a user runs it, a real process on reward_run's model, ~10 CPU-s (half of them its
+    imports): 3 updates of 16 episodes, the least that shows the KL controller step twice, the second from the
+    coefficient the first set."""
     out = tmp_path_factory.mktemp("policy") / "run"
     result = run("train_policy.py", *policy_args(assets, reward_run / "reward_model", out))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -335,23 +419,6 @@ def test_policy_is_saved_and_reloads(policy_run, assets):
     assert not list(out.glob(".policy.*"))  # no temporary directories left behind
 
 
-def test_reference_model_never_changes(assets, reward_run, tmp_path):
-    import train_policy
-    from lm_human_preference_details.model import load_lm
-
-    args = train_policy.build_args("sentiment")
-    args.base_model, args.rewards.trained_model = str(assets / "tiny-gpt2"), str(reward_run / "reward_model")
-    args.task.query_dataset, args.output_dir, args.device = str(assets / "queries.txt"), str(tmp_path / "run"), "cpu"
-    args.ppo.total_episodes, args.ppo.batch_size, args.num_ranks, args.ppo.noptepochs = 32, 16, 2, 1
-    args.ppo.lr = 1e-3
-    out = train_policy.train(args.finalize())
-    base = load_lm(str(assets / "tiny-gpt2"))
-    for a, b in zip(out["ref_policy"].lm.parameters(), base.parameters()):
-        assert torch.equal(a, b)
-    assert torch.count_nonzero(out["ref_policy"].head.weight) == 0
-    assert any(not torch.equal(a, b) for a, b in zip(out["policy"].lm.parameters(), base.parameters()))
-
-
 POLICY_CASES = [
     pytest.param(["--ppo.batch-size", 0], "--ppo.batch-size is 0", id="ppo-batch-size-0"),
     pytest.param(["--ppo.nminibatches", 0], "--ppo.nminibatches is 0", id="nminibatches-0"),
@@ -383,16 +450,16 @@ POLICY_CASES = [
 
 @pytest.fixture(scope="module")
 def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
-    """Every policy case at once (run_cases), against a saved (untrained) reward model directory."""
+    """Every policy case against a saved (untrained) reward model directory: in this process (`refused_in_process`),
+    but the no-network case in a real process (NO_NETWORK)."""
     work = tmp_path_factory.mktemp("policy-bad")
+    (work / "cwd").mkdir()
     cases = _runnable(POLICY_CASES)
     offline = cases.pop("no-network")
-    results = run_cases("train_policy.py", [(policy_args(assets, bad_inputs / "reward_model", work / key)
-                                             + _fill(change, assets, bad_inputs), {}) for key, change in cases.items()],
-                        work / "runner")
-    results = dict(zip(cases, results))
+    results = {key: refused_in_process("train_policy.py", policy_args(assets, bad_inputs / "reward_model", work / key)
+                                       + _fill(change, assets, bad_inputs), work / "cwd") for key, change in cases.items()}
     results["no-network"] = run("train_policy.py", *policy_args(assets, bad_inputs / "reward_model", work / "no-network"),
-                                *offline, cwd=work / "runner" / "cwd", env_extra=NO_NETWORK)
+                                *offline, cwd=work / "cwd", env_extra=NO_NETWORK)
     return work, results
 
 
@@ -400,25 +467,25 @@ def policy_bad_runs(assets, bad_inputs, tmp_path_factory):
 def test_policy_bad_input(policy_bad_runs, bad_inputs, change, message, request):
     work, results = policy_bad_runs
     key = request.node.callspec.id
-    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key, work / "runner" / "cwd")
+    assert_one_line_error(results[key], message.format(b=bad_inputs), work / key, work / "cwd")
     if key == "reward-model-without-weights":  # its own files are missing, not the base model's
         assert "pass --base-model" not in results[key].stderr
 
 
-def test_combined_run_with_label_file_queries(assets, tmp_path, capsys):
+def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets, tmp_path, capsys):
     """oai-label-queries through PPO: the reward model trains first with its own nested options, then PPO reads the
-    label file's queries too (the policy run passes its label source on). In this process: the scripts' subprocess
-    runs are policy_run's and reward_run's."""
+    label file's queries too (the policy run passes its label source on); the reference model never changes while the
+    policy trains. In this process: the scripts' subprocess runs are policy_run's and reward_run's."""
     import ast
 
     import train_policy
     from lm_human_preference_details.labels import OAI_PAD
-    from lm_human_preference_details.model import load_model_dir
+    from lm_human_preference_details.model import load_lm, load_model_dir
     from lm_human_preference_details.tokenizer import load_tokenizer
 
     out = tmp_path / "run"
     new = "--rewards.train-new-model."
-    train_policy.main([str(a) for a in (
+    trained = train_policy.main([str(a) for a in (
         "--base-model", assets / "tiny-gpt2", "--task.query-dataset", "oai-label-queries",
         f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train", 32, f"{new}batch-size", 16,
         f"{new}lr", 2e-3, f"{new}rollout-batch-size", 16, f"{new}normalize-samples", 16, f"{new}eval-labels", 0,
@@ -437,3 +504,9 @@ def test_combined_run_with_label_file_queries(assets, tmp_path, capsys):
     lines = stdout.splitlines()
     printed = [ast.literal_eval(q) for q, nxt in zip(lines, lines[1:]) if nxt.startswith("  -> ")]
     assert printed and set(printed) <= label_queries
+    # the reference policy: the base model bit for bit, its value head still zero, after 2 updates that moved the policy
+    base = load_lm(str(assets / "tiny-gpt2"))
+    for a, b in zip(trained["ref_policy"].lm.parameters(), base.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.count_nonzero(trained["ref_policy"].head.weight) == 0
+    assert any(not torch.equal(a, b) for a, b in zip(trained["policy"].lm.parameters(), base.parameters()))
