@@ -27,6 +27,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a worker per core (addopts' -n 2 on the 2-core CI): a second intra-op thread would only spin at OpenMP's barriers
+    # while the other worker holds the other core; the runs a test starts inherit OMP_NUM_THREADS
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 
 # Parallel workers (pytest-xdist; `-n 2 --dist loadgroup --no-loadscope-reorder` in pyproject.toml's addopts). A test
