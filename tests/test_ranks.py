@@ -180,12 +180,6 @@ def _assert_same_run(one, two, model, exact=True):
             torch.testing.assert_close(w_two[k], w_one[k], atol=1e-5, rtol=1e-4)
 
 
-def _reward_args(assets):
-    return ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 32,
-            "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", "--rollout-batch-size", 32,
-            "--normalize-samples", 32, "--eval-labels", 0, "--seed", 3, "--device", "cpu", "--num-ranks", 4]
-
-
 def _combined_args(assets):
     """A policy run that trains its reward model first (2 batches of 16 labels), then 1 PPO update of 32 episodes."""
     new = "--rewards.train-new-model."
@@ -196,24 +190,19 @@ def _combined_args(assets):
             "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu"]
 
 
-def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_policy_runs, tmp_path):
-    """--exact-ranks (the offline demo's default): the same reward run, then 2 PPO updates, on 1 process and on 2 (torchrun,
-    gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit. The 1-process twins
-    run in this process (conftest.in_process: the same run without a new interpreter's imports), beside their pairs.
+def test_one_and_two_processes_give_the_same_run_bit_for_bit(exact_policy_runs):
+    """--exact-ranks (the offline demo's default): a reward model, then 2 PPO updates, in one run on 1 process and on 2
+    (torchrun, gloo), 4 emulated ranks, 1 CPU thread per process (conftest.exact_policy_runs): identical metrics and
+    weights of both phases, bit for bit.
 
     Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
     binary tree whichever process holds them, so the two runs add the same numbers in the same order. Without that
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    beside_its_pair(lambda: in_process("train_reward.py", *_reward_args(assets), "--exact-ranks", "--output-dir",
-                                       tmp_path / "r1"),
-                    lambda: launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir",
-                                   tmp_path / "r2"))
-    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
-    assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
-
-    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 2 updates each (conftest.exact_policy)
+    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # conftest.exact_policy
+    _assert_same_run(p1 / "reward", p2 / "reward", "reward_model")
+    assert json.loads((p2 / "reward" / "config.json").read_text())["world_size"] == 2
     _assert_same_run(p1, p2, "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((p2 / "config.json").read_text())
