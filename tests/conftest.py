@@ -133,13 +133,16 @@ def launch(script: Path | str, processes: int, *args, env_extra: dict | None = N
     return result
 
 
-def exact_policy(assets: Path, reward_model: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
-    """2 PPO updates with --exact-ranks (4 emulated ranks), a checkpoint after each (both kept), on 1 process (in this
-    one, `in_process`) or under torchrun. Two updates are the least that shows both promises: update 1 samples from
-    weights that update 0 trained, and a resume from the update-1 checkpoint has one update left to run. Responses of
-    12 tokens (not 24): each costs the 50257-token head, and nothing here depends on their length."""
-    args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model, "--task.query-dataset",
-            assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
+def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
+    """A policy run with --exact-ranks (4 emulated ranks) that trains its reward model first (2 batches of 16 labels),
+    then 2 PPO updates, a checkpoint after each (both kept), on 1 process (in this one, `in_process`) or under torchrun.
+    Two updates are the least that shows both promises: update 1 samples from weights that update 0 trained, and a
+    resume from the update-1 checkpoint (which reuses the finished reward model) has one update left to run. Both
+    phases in one run: a torchrun launch costs three interpreters' imports, more than a phase's own work."""
+    new = "--rewards.train-new-model."
+    args = ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train",
+            32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32, f"{new}normalize-samples", 32,
+            f"{new}eval-labels", 0, "--task.query-dataset", assets / "queries.txt", "--task.truncate-after", 8,
             "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
             "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
             "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]
@@ -147,13 +150,13 @@ def exact_policy(assets: Path, reward_model: Path, run_dir: Path, processes: int
 
 
 @pytest.fixture(scope="session")
-def exact_policy_runs(assets, reward_model, tmp_path_factory) -> dict[int, tuple[Path, subprocess.CompletedProcess]]:
-    """The same --exact-ranks policy run (`exact_policy`) on 1 process and on 2 -> {processes: (run directory, its
-    process)}. Shared because each costs 2 updates and the pair a launch of 3 interpreters: test_ranks compares the two
-    bit for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before changing it."""
+def exact_policy_runs(assets, tmp_path_factory) -> dict[int, tuple[Path, subprocess.CompletedProcess]]:
+    """The same --exact-ranks run (`exact_policy`) on 1 process and on 2 -> {processes: (run directory, its process)}.
+    Shared because each costs a reward model and 2 updates and the pair a launch of 3 interpreters: test_ranks compares
+    the two bit for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before
+    changing it."""
     root = tmp_path_factory.mktemp("exact_policy")
-    one, two = beside_its_pair(lambda: exact_policy(assets, reward_model, root / "p1", 1),
-                               lambda: exact_policy(assets, reward_model, root / "p2", 2))
+    one, two = beside_its_pair(lambda: exact_policy(assets, root / "p1", 1), lambda: exact_policy(assets, root / "p2", 2))
     return {1: (root / "p1", one), 2: (root / "p2", two)}
 
 

@@ -180,88 +180,97 @@ def _assert_same_run(one, two, model, exact=True):
             torch.testing.assert_close(w_two[k], w_one[k], atol=1e-5, rtol=1e-4)
 
 
-def _reward_args(assets):
-    return ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 32,
-            "--batch-size", 16, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", "--rollout-batch-size", 32,
-            "--normalize-samples", 32, "--eval-labels", 0, "--seed", 3, "--device", "cpu", "--num-ranks", 4]
+def _combined_args(assets):
+    """A policy run that trains its reward model first (2 batches of 16 labels), then 1 PPO update of 32 episodes."""
+    new = "--rewards.train-new-model."
+    return ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train",
+            32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32, f"{new}normalize-samples", 32,
+            f"{new}eval-labels", 0, f"{new}seed", 3, "--task.query-dataset", assets / "queries.txt",
+            "--ppo.total-episodes", 32, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 2,
+            "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu"]
 
 
-def _policy_args(assets, reward_model, episodes):
-    return ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--ppo.total-episodes", episodes, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards",
-            "--num-ranks", 4, "--device", "cpu"]
-
-
-def test_one_and_two_processes_give_the_same_run_bit_for_bit(assets, exact_policy_runs, tmp_path):
-    """--exact-ranks (the offline demo's default): the same reward run, then 2 PPO updates, on 1 process and on 2 (torchrun,
-    gloo), 4 emulated ranks, 1 CPU thread per process: identical metrics and weights, bit for bit. The 1-process twins
-    run in this process (conftest.in_process: the same run without a new interpreter's imports), beside their pairs.
+def test_one_and_two_processes_give_the_same_run_bit_for_bit(exact_policy_runs):
+    """--exact-ranks (the offline demo's default): a reward model, then 2 PPO updates, in one run on 1 process and on 2
+    (torchrun, gloo), 4 emulated ranks, 1 CPU thread per process (conftest.exact_policy_runs): identical metrics and
+    weights of both phases, bit for bit.
 
     Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
     binary tree whichever process holds them, so the two runs add the same numbers in the same order. Without that
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    beside_its_pair(lambda: in_process("train_reward.py", *_reward_args(assets), "--exact-ranks", "--output-dir",
-                                       tmp_path / "r1"),
-                    lambda: launch("train_reward.py", 2, *_reward_args(assets), "--exact-ranks", "--output-dir",
-                                   tmp_path / "r2"))
-    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model")
-    assert json.loads((tmp_path / "r2" / "config.json").read_text())["world_size"] == 2
-
-    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # 2 updates each (conftest.exact_policy)
+    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # conftest.exact_policy
+    _assert_same_run(p1 / "reward", p2 / "reward", "reward_model")
+    assert json.loads((p2 / "reward" / "config.json").read_text())["world_size"] == 2
     _assert_same_run(p1, p2, "policy")
     assert two.stdout.count("saved policy to") == 1  # only the main process prints and saves
     config = json.loads((p2 / "config.json").read_text())
     assert (config["world_size"], config["num_ranks"], config["exact_ranks"]) == (2, 4, True)
 
 
-def test_fused_ranks_match_up_to_summation_order(assets, tmp_path):
-    """Without --exact-ranks (the default): one backward pass per process, gradients all-reduced as a mean.
+# a script under torchrun that also counts gloo's threads in each process: once the run has joined the process
+# group (test_leaving...), and after its end, when it has left it
+COUNT_GLOO = '''
+import os, runpy, sys
+from lm_human_preference_details import ranks
+
+def gloo_threads():  # -1 where there is no /proc to count them in (the test that reads them is skipped there)
+    if not os.path.isdir("/proc/self/task"):
+        return -1
+    return sum("gloo" in open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task"))
+
+real_setup, joined = ranks.setup_distributed, []
+
+def setup_and_count(device):
+    device = real_setup(device)
+    joined.append(gloo_threads())
+    return device
+
+ranks.setup_distributed = setup_and_count
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(f"process {os.environ['RANK']}: gloo threads {max(joined)} -> {gloo_threads()}")
+'''
+
+
+@pytest.fixture(scope="module")
+def fused_runs(assets, tmp_path_factory) -> tuple[Path, Path, str]:
+    """The combined run (`_combined_args`: a reward model, then PPO) without --exact-ranks on 1 process (in this one,
+    conftest.in_process) and on 2 (torchrun, gloo, micro-batches of 4 sequences, each process counting gloo's threads:
+    COUNT_GLOO) -> (1-process run directory, 2-process one, the pair's stdout). One torchrun launch for both phases and
+    the threads' count: each launch costs three interpreters' imports, far more than these runs' own work."""
+    root = tmp_path_factory.mktemp("fused")
+    (root / "count_gloo.py").write_text(COUNT_GLOO)
+    _, pair = beside_its_pair(
+        lambda: in_process("train_policy.py", *_combined_args(assets), "--output-dir", root / "one"),
+        lambda: launch(root / "count_gloo.py", 2, ROOT / "train_policy.py", *_combined_args(assets),
+                       "--micro-batch-sequences", 4, "--output-dir", root / "two"))
+    return root / "one", root / "two", pair.stdout
+
+
+def test_fused_ranks_match_up_to_summation_order(fused_runs):
+    """Without --exact-ranks (the default): one backward pass per process, gradients all-reduced as a mean; the reward
+    phase and PPO of one combined run (`fused_runs`).
 
     Tolerance: rel 1e-4, abs 1e-5 on every metric and weight. The processes add the same numbers in another order
     (two half-batch sums all-reduced instead of one sum; float32, ~1e-7 relative per step), so PPO is checked on one
     update (two epochs of two minibatches: four optimizer steps), before any sampled token can differ. The
-    micro-batched two-process run also checks that micro-batches change only the summation order. The 1-process runs
-    are made in this process (conftest.in_process), beside their pairs.
+    micro-batched two-process run also checks that micro-batches change only the summation order.
     """
-    beside_its_pair(lambda: in_process("train_reward.py", *_reward_args(assets), "--output-dir", tmp_path / "r1"),
-                    lambda: launch("train_reward.py", 2, *_reward_args(assets), "--output-dir", tmp_path / "r2"))
-    _assert_same_run(tmp_path / "r1", tmp_path / "r2", "reward_model", exact=False)
-
-    policy = _policy_args(assets, tmp_path / "r1" / "reward_model", episodes=32)
-    beside_its_pair(lambda: in_process("train_policy.py", *policy, "--output-dir", tmp_path / "p1"),
-                    lambda: launch("train_policy.py", 2, *policy, "--micro-batch-sequences", 2, "--output-dir",
-                                   tmp_path / "p2"))
-    _assert_same_run(tmp_path / "p1", tmp_path / "p2", "policy", exact=False)
-    assert json.loads((tmp_path / "p2" / "config.json").read_text())["micro_batch_sequences"] == 2
-
-
-LEAVE = '''
-import os, sys, torch
-from lm_human_preference_details.model import load_lm
-from lm_human_preference_details.ranks import setup_distributed, shutdown_distributed
-
-def gloo_threads():
-    return sum("gloo" in open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task"))
-
-setup_distributed(torch.device("cpu"))
-joined = gloo_threads()
-load_lm(sys.argv[1])  # transformers imports torch.distributed.nn here, while the group exists
-shutdown_distributed()
-print(f"process {os.environ['RANK']}: gloo threads {joined} -> {gloo_threads()}")
-'''
+    one, two, _ = fused_runs
+    _assert_same_run(one / "reward", two / "reward", "reward_model", exact=False)
+    _assert_same_run(one, two, "policy", exact=False)
+    config = json.loads((two / "config.json").read_text())
+    assert (config["world_size"], config["micro_batch_sequences"], config["exact_ranks"]) == (2, 4, False)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in Linux's /proc")
-def test_leaving_the_process_group_ends_its_gloo_threads_after_a_model_load(assets, tmp_path):
+def test_leaving_the_process_group_ends_its_gloo_threads_after_a_model_load(fused_runs):
     """A process that left the group keeps none of gloo's threads (alive into the interpreter's exit, they can make a
     torchrun process die of SIGABRT there): ranks.py imports torch.distributed.nn first, so a model load cannot pin the
     group in that module's default arguments."""
-    script = tmp_path / "leave.py"
-    script.write_text(LEAVE)
-    out = launch(script, 2, assets / "tiny-gpt2").stdout
+    out = fused_runs[2]  # counted by COUNT_GLOO in the 2-process run, which loads its models in the group
     counts = sorted(re.findall(r"process (\d): gloo threads (\d+) -> (\d+)", out))
     assert [c[0] for c in counts] == ["0", "1"], out
     assert all(int(joined) > 0 and int(left) == 0 for _, joined, left in counts), out
