@@ -96,8 +96,10 @@ def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path
     out = tmp_path / "run"
     fake_train(out)
     assert read_marker(out)["kind"] == "policy" and (out / "metrics.jsonl").exists()
+    before = snapshot(out)
     with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
         fake_train(out)
+    assert snapshot(out) == before  # the refused run left the finished one as it was
     with pytest.raises(UserError, match="--output-dir is empty"):
         fake_train("")
     (tmp_path / "empty").mkdir()
