@@ -447,28 +447,47 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def forked_script(name: str, argv: list, events: Path, log: Path) -> int:
+    """``python NAME ARGV`` as `run_main(main)` in a fork of this process (a new interpreter would add only its imports),
+    on one thread, with the events hook on and its output to ``log`` -> the child's pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.environ[ckpt.EVENTS] = str(events)
+        own_progress_lock()
+        torch.set_num_threads(1)  # as OMP_NUM_THREADS=1: no thread pool of the parent's is used in the child
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        main = {"train_reward.py": train_reward.main, "train_policy.py": train_policy.main}[name]
+        run_main(lambda: main([str(a) for a in argv]))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
-    """The first run is a real `python train_reward.py` (a process of its own, stopped at its first batch while it holds
-    the directory), 2 batches; the second, refused at the directory's lock before any model loads, runs in this
+    """The first run is a process of its own (a fork, `forked_script`), stopped at its first batch while it holds the
+    directory, 2 batches in all; the second, refused at the directory's lock before any model loads, runs in this
     process (`script`)."""
     out = tmp_path / "run"
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
             assets / "queries.txt", "--device", "cpu", "--labels.num-train", 16, "--batch-size", 8, "--rollout-batch-size", 8,
             "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
-    events = tmp_path / "events"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), ckpt.EVENTS: str(events)}
-    with open(tmp_path / "first.out", "w") as stdout, open(tmp_path / "first.err", "w") as stderr:
-        first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
-                                 stdout=stdout, stderr=stderr)
+    events, log = tmp_path / "events", tmp_path / "first.log"
     second = []
 
     def race(event: str) -> None:  # the first run holds the directory and stands still at its first batch
         if not second:
             second.append(script("train_reward.py", *argv, "--resume"))
 
-    code, seen = drive(first.pid, events, race)
-    first.returncode = code  # drive reaped it
-    assert code == 0, (tmp_path / "first.err").read_text()[-3000:]
+    code, seen = drive(forked_script("train_reward.py", argv, events, log), events, race)
+    assert code == 0, log.read_text()[-3000:]
     assert seen[0] == "update 0" and len(second) == 1
     refused(second[0], "is in use by a live run")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
