@@ -1,5 +1,6 @@
 """run.py: a run touches only what it created. Each rule of its docstring, the cases a user reaches with both scripts
-(subprocesses), and a randomized sequence of runs, resumes, overwrites and kills around a tree of user files."""
+(their main in this process, or in a fork of it where a second process is the point: a new interpreter would add only
+its imports), and a randomized sequence of runs, resumes, overwrites and kills around a tree of user files."""
 
 from __future__ import annotations
 
