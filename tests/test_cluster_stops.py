@@ -26,12 +26,13 @@ BOUND_S = 120  # from the signal to the last launcher's exit; measured 3.2-6.8 s
 
 
 def policy_args(assets, reward_model, run_dir) -> list:
-    """2 PPO updates of the tiny model, 4 emulated ranks, --exact-ranks (1 and 2 processes give the same run);
-    responses of 12 tokens (each costs the 50257-token head; the stops do not depend on their length)."""
+    """2 PPO updates of the tiny model (a stop after update 0 leaves one to resume), 4 episodes on 2 ranks, --exact-ranks
+    (1 and 2 processes give the same run); responses of 2 tokens (each costs the 50257-token head; the stops land
+    between updates whatever their sizes)."""
     return ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
-            "--ppo.total-episodes", 64, "--ppo.batch-size", 32,
-            "--ppo.nminibatches", 2, "--ppo.noptepochs", 1, "--ppo.no-whiten-rewards", "--num-ranks", 4,
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 2, "--task.truncate-after", 1,
+            "--ppo.total-episodes", 8, "--ppo.batch-size", 4,
+            "--ppo.nminibatches", 1, "--ppo.noptepochs", 1, "--ppo.no-whiten-rewards", "--num-ranks", 2,
             "--device", "cpu", "--exact-ranks", "--output-dir", run_dir]
 
 

@@ -1,9 +1,12 @@
 """run.py: a run touches only what it created. Each rule of its docstring, the cases a user reaches with both scripts
-(subprocesses), and a randomized sequence of runs, resumes, overwrites and kills around a tree of user files."""
+(their main in this process, or in a fork of it where a second process is the point: a new interpreter would add only
+its imports), and a randomized sequence of runs, resumes, overwrites and kills around a tree of user files."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import json
 import os
 import random
@@ -19,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import drive
+from tqdm import tqdm
 
 import train_policy
 import train_reward
@@ -93,8 +97,10 @@ def test_a_new_run_marks_its_directory_and_an_existing_one_needs_a_flag(tmp_path
     out = tmp_path / "run"
     fake_train(out)
     assert read_marker(out)["kind"] == "policy" and (out / "metrics.jsonl").exists()
+    before = snapshot(out)
     with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
         fake_train(out)
+    assert snapshot(out) == before  # the refused run left the finished one as it was
     with pytest.raises(UserError, match="--output-dir is empty"):
         fake_train("")
     (tmp_path / "empty").mkdir()
@@ -172,21 +178,36 @@ def test_a_finished_reward_run_is_reused_and_an_unfinished_one_trained_again(tmp
     assert "deleting the unfinished run" in capsys.readouterr().out and (out / "notes.txt").read_text() == "kept"
 
 
+def own_progress_lock() -> None:
+    """In a forked child: a tqdm lock of its own. tqdm's default lock holds a semaphore shared with every process forked
+    after it was made; a child killed while it held it (SIGKILL in a progress bar's write) would leave it taken for good,
+    and the next process to draw a bar, the test's own included, would wait on it forever (seen: a hung suite)."""
+    tqdm.set_lock(threading.RLock())
+
+
 def test_a_live_run_holds_its_directory_and_a_killed_one_does_not(tmp_path):
+    """The holder is a fork of this process (the lock is the kernel's, per process: a new interpreter would add only its
+    imports)."""
     out = tmp_path / "run"
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
-            f"from test_run import run_args\nfrom lm_human_preference_details.run import Run\n"
-            f"from lm_human_preference_details.ranks import Ranks\n"
-            f"with Run(run_args({str(out)!r}), 'policy', inputs=[], ranks=Ranks(1, 1)):\n"
-            f"    print('locked', flush=True); time.sleep(600)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    read, write = os.pipe()
+    holder = os.fork()
+    if holder == 0:  # a run that stands in its directory until it is killed
+        try:
+            own_progress_lock()
+            with Run(run_args(out), "policy", inputs=[], ranks=Ranks(1, 1)):
+                os.write(write, b"locked")
+                signal.pause()
+        finally:
+            os._exit(1)
+    os.close(write)
     try:
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(UserError, match=rf"{out} is in use by a live run \(pid {holder.pid} on "):
+        assert os.read(read, 6) == b"locked"
+        with pytest.raises(UserError, match=rf"{out} is in use by a live run \(pid {holder} on "):
             fake_train(out, resume=True)
     finally:
-        holder.kill()  # kill -9: the kernel drops its lock
-        holder.wait()
+        os.kill(holder, signal.SIGKILL)  # kill -9: the kernel drops its lock
+        os.waitpid(holder, 0)
+        os.close(read)
     fake_train(out, resume=True)  # the stale lock file is no obstacle
     assert (out / LOCK).exists()
 
@@ -343,11 +364,21 @@ def test_a_tracker_write_that_fails_after_the_loop_stops_every_process_at_the_mo
 
 
 # ------------------------------------------------------------------------------------------------ the scripts
-def script(name, *argv, cwd=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / name), *map(str, argv)], cwd=cwd or ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+def script(name, *argv, cwd=ROOT):
+    """``python NAME ARGV`` in ``cwd`` as `run_main(main)` in this process (the scripts' own last line) -> its exit status
+    and output. For runs that are refused before any model loads, where a new interpreter would add only its imports."""
+    main = {"train_reward.py": train_reward.main, "train_policy.py": train_policy.main}[name]
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    code = 0
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            run_main(lambda: main([str(a) for a in argv]))
+    except SystemExit as e:
+        code = e.code
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess([name, *argv], code, out.getvalue(), err.getvalue())
 
 
 def refused(proc, match):
@@ -369,11 +400,9 @@ def fake_run_dir(path: Path, kind: str) -> Path:
     return path
 
 
-def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_factory):
-    """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was. Each
-    script imported once, a fork per case (test_smoke.run_cases)."""
-    from test_smoke import run_cases
-
+def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
+    """The cases a user reaches in a normal week; each one ends in one line and leaves every file as it was. Each case
+    in this process (`script`): all are refused by the flags' and run directory's checks."""
     tiny = ["--task.query-dataset", assets / "queries.txt", "--task.query-length", 64, "--task.response-length", 24,
             "--task.truncate-after", 4, "--device", "cpu"]
     reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 64,
@@ -395,7 +424,6 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_
         (model_copy / f.name).write_bytes(f.read_bytes())
     (model_copy / "NOTES").write_text("where this model came from")
     before = snapshot(tmp_path)
-    work = tmp_path_factory.mktemp("forked")
     reward_cases = [
         # a finished policy run given to the reward script with --resume
         ([*reward, "--output-dir", policy_run, "--resume"], "holds a policy run", ROOT),
@@ -415,35 +443,56 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path, tmp_path_
         (["--base-model", assets / "tiny-gpt2", *tiny, "--output-dir", reward_run, "--resume"], "holds a reward run", ROOT),
     ]
     for name, cases in (("train_reward.py", reward_cases), ("train_policy.py", policy_cases)):
-        results = run_cases(name, [(argv, {}, cwd) for argv, _, cwd in cases], work / name)
-        for (_, match, _), result in zip(cases, results):
-            refused(result, match)
+        for argv, match, cwd in cases:
+            refused(script(name, *argv, cwd=cwd), match)
     assert snapshot(tmp_path) == before
 
 
+def forked_script(name: str, argv: list, events: Path, log: Path) -> int:
+    """``python NAME ARGV`` as `run_main(main)` in a fork of this process (a new interpreter would add only its imports),
+    on one thread, with the events hook on and its output to ``log`` -> the child's pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.environ[ckpt.EVENTS] = str(events)
+        own_progress_lock()
+        torch.set_num_threads(1)  # as OMP_NUM_THREADS=1: no thread pool of the parent's is used in the child
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        main = {"train_reward.py": train_reward.main, "train_policy.py": train_policy.main}[name]
+        run_main(lambda: main([str(a) for a in argv]))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
+    """The first run is a process of its own (a fork, `forked_script`), stopped at its first batch while it holds the
+    directory, 2 batches in all; the second, refused at the directory's lock before any model loads, runs in this
+    process (`script`)."""
     out = tmp_path / "run"
     argv = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--task.query-dataset",
-            assets / "queries.txt", "--device", "cpu", "--labels.num-train", 64, "--batch-size", 8, "--rollout-batch-size", 8,
+            assets / "queries.txt", "--device", "cpu", "--labels.num-train", 16, "--batch-size", 8, "--rollout-batch-size", 8,
             "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out]
-    events = tmp_path / "events"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), ckpt.EVENTS: str(events)}
-    with open(tmp_path / "first.out", "w") as stdout, open(tmp_path / "first.err", "w") as stderr:
-        first = subprocess.Popen([sys.executable, str(ROOT / "train_reward.py"), *map(str, argv)], env=env,
-                                 stdout=stdout, stderr=stderr)
+    events, log = tmp_path / "events", tmp_path / "first.log"
     second = []
 
     def race(event: str) -> None:  # the first run holds the directory and stands still at its first batch
         if not second:
             second.append(script("train_reward.py", *argv, "--resume"))
 
-    code, seen = drive(first.pid, events, race)
-    first.returncode = code  # drive reaped it
-    assert code == 0, (tmp_path / "first.err").read_text()[-3000:]
+    code, seen = drive(forked_script("train_reward.py", argv, events, log), events, race)
+    assert code == 0, log.read_text()[-3000:]
     assert seen[0] == "update 0" and len(second) == 1
     refused(second[0], "is in use by a live run")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "train_reward/minibatch/loss" in r] == list(range(8))  # one run's rows only
+    assert [r["step"] for r in rows if "train_reward/minibatch/loss" in r] == [0, 1]  # one run's rows only
 
 
 # ------------------------------------------------------------------------------------------------ randomized
@@ -479,6 +528,7 @@ def forked_run(path: str, kind: str, inputs: list[str], flags: dict, events: Pat
     code = 1
     try:
         os.environ[ckpt.EVENTS] = str(events)
+        own_progress_lock()  # some children are killed inside a progress bar's write
         sys.stdout = sys.stderr = open(log, "w", buffering=1)
         fake_train(path, kind, updates=4, inputs=inputs, **flags)
         code = 0

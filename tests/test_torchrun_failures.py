@@ -47,17 +47,18 @@ INJECT = textwrap.dedent('''
 
 
 def torchrun_policy(assets, reward_model, tmp_path, run_dir, *extra, inject: str = "") -> subprocess.CompletedProcess:
-    """train_policy.py under `torchrun --nproc-per-node 2` (gloo), 2 PPO updates of 12-token responses (the failures
-    do not depend on their length; each token costs the 50257-token head), with ``inject`` on process 0."""
+    """train_policy.py under `torchrun --nproc-per-node 2` (gloo), with ``inject`` on process 0: 2 PPO updates (process
+    1 has a next update to go on to) of 4 episodes, one rank per process, 2-token responses. The failures come at
+    update 0's log or save whatever the sizes; what a job costs here is its 3 interpreters' imports and model loads."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(INJECT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1", "LMHP_TEST_INJECT": inject}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
-            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
-            "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu",
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 2, "--task.truncate-after", 1,
+            "--ppo.total-episodes", 8, "--ppo.batch-size", 4, "--ppo.nminibatches", 1, "--ppo.noptepochs", 1,
+            "--ppo.no-whiten-rewards", "--num-ranks", 2, "--device", "cpu",
             "--save-interval", 1, "--output-dir", run_dir, *extra]
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(ROOT / "train_policy.py"), *map(str, args)],
@@ -85,19 +86,15 @@ def existing_policy_run(path: Path) -> Path:
     return path
 
 
-def test_rerun_into_an_existing_run_without_resume(assets, reward_model, tmp_path):
-    run_dir = existing_policy_run(tmp_path / "run")
-    proc = torchrun_policy(assets, reward_model, tmp_path, run_dir)
-    assert_job_failed_together(proc, "already holds a policy run; pass --resume")
-    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 0}\n'
-
-
 def test_a_directory_held_by_a_live_run(assets, reward_model, tmp_path):
+    """A refusal by the run directory's checks (here its lock; the same path for a rerun without --resume or a run of
+    the other kind, each checked on one process by test_run.py) ends the job in one line and leaves the run as it was."""
     run_dir = existing_policy_run(tmp_path / "run")
     with open(run_dir / LOCK, "w") as held:  # a live run holds the lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = torchrun_policy(assets, reward_model, tmp_path, run_dir, "--resume")
     assert_job_failed_together(proc, "is in use by a live run")
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
 def test_a_checkpoint_write_that_fails_on_process_0(assets, reward_model, tmp_path):
