@@ -162,19 +162,39 @@ def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tu
         return one(), started.result()
 
 
-def in_process(script: str, *args) -> subprocess.CompletedProcess:
+def in_process(script: str | Path, *args, env_extra: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
     for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
-    transformers' imports. For the 1-process twin of a torchrun pair; the pair's own processes stay real. -> its
-    stdout and stderr as `launch` gives them; it must succeed."""
-    main = importlib.import_module(Path(script).stem).main
+    transformers' imports. For the 1-process twin of a torchrun pair, and for a script whose command line another
+    test runs for real; the pair's own processes stay real. ``env_extra`` and ``cwd``: the variables and the working
+    directory the run sees (this process's, given back after it); $LMHP_CACHE also sets `files.CACHE_DIR`, which a
+    fresh process reads from it at import. -> its stdout and stderr as `launch` gives them; it must succeed."""
+    from lm_human_preference_details import files
+
+    path = ROOT / script
+    if str(path.parent) not in sys.path:  # where `python SCRIPT` finds its imports (benchmarks/ for a benchmark)
+        sys.path.insert(0, str(path.parent))
+    main = importlib.import_module(path.stem).main
     out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    env = {name: str(value) for name, value in (env_extra or {}).items()}
+    saved = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
     torch.set_num_threads(1)
     try:
+        os.environ.update(env)
+        files.CACHE_DIR = Path(env["LMHP_CACHE"]) if "LMHP_CACHE" in env else files.CACHE_DIR
+        os.chdir(cwd or saved[2])
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main([str(a) for a in args])
     finally:
         torch.set_num_threads(threads)
+        for name, value in saved[0].items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+        files.CACHE_DIR = saved[1]
+        os.chdir(saved[2])
     return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import in_process
+
+from lm_human_preference_details import offline
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [1, 2]
@@ -24,9 +27,13 @@ def parse(markdown: str) -> dict[str, list[str]]:
 
 
 def bench_env(offline_cache: Path) -> dict:
+    """The variables the benchmark's runs get (beside this process's own, in a subprocess)."""
     # one thread per run, as test_offline's end-to-end run: beside a second test suite two threads spin at OpenMP's
-    # barriers, and this test passed its 900 s timeout (2026-11-25, shared 2-core VM)
-    return {**os.environ, "LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    # barriers, and this test passed its 900 s timeout (2026-11-25, shared 2-core VM). 16 held-out queries in each
+    # run's report, not 256 (8 CPU s a run, a third of these): the tests compare its numbers with the table, they do
+    # not read them as results; test_offline's end-to-end run reports on 256.
+    return {"LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+            offline.HELDOUT_QUERIES_HOOK: "16"}
 
 
 # the reward model's normalisation before and after training on 32 policy samples, not the preset's 256 (two sampling
@@ -44,30 +51,20 @@ def offline_bench(tmp_path_factory, offline_cache):
                "--runs-dir", str(runs), "--final-queries", "16", "--",
                "--ppo.total-episodes", "64",  # 1 PPO update per seed
                "--rewards.train-new-model.labels.num-train", "64", *NORMALISE]  # 8 reward-model batches
-    result = subprocess.run(command, capture_output=True, text=True, env=bench_env(offline_cache), cwd=tmp_path,
-                            timeout=900)
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **bench_env(offline_cache)},
+                            cwd=tmp_path, timeout=900)
     return tmp_path, out, runs, command, result
 
 
-def bench_in_process(args: list, offline_cache: Path, monkeypatch, capsys) -> str:
-    """``python benchmarks/offline.py ARGS`` as a call of its main() in this process, with bench_env's variables (its
-    train_policy runs are still subprocesses) -> what it printed; its sys.exit fails the test. In-process because
-    the command line is run for real by `offline_bench`, and a second interpreter would only import torch again."""
-    from lm_human_preference_details import files
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from offline import main
-
-    for name in ("LMHP_CACHE", "WANDB_MODE", "OMP_NUM_THREADS"):
-        monkeypatch.setenv(name, bench_env(offline_cache)[name])
-    monkeypatch.setattr(files, "CACHE_DIR", offline_cache)  # read at import, as a fresh process reads LMHP_CACHE
-    monkeypatch.setattr(sys, "argv", ["benchmarks/offline.py", *map(str, args)])
-    capsys.readouterr()
-    main()
-    return capsys.readouterr().out
+def bench_in_process(args: list, offline_cache: Path, cwd: Path) -> None:
+    """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (conftest.in_process),
+    with bench_env's variables (its train_policy runs are still subprocesses); its sys.exit fails the test.
+    In-process because the command line is run for real by `offline_bench`, and a second interpreter would only
+    import torch again."""
+    in_process("benchmarks/offline.py", *args, env_extra=bench_env(offline_cache), cwd=cwd)
 
 
-def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch, capsys):
+def test_offline_benchmark_table(offline_bench, offline_cache):
     tmp_path, out, runs, command, result = offline_bench
     assert result.returncode == 0, result.stderr[-3000:]
     text = out.read_text()
@@ -111,7 +108,7 @@ def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch, caps
     # --reuse: the finished runs make the table again, wall times included, without running anything
     before = {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS}
     bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs], offline_cache,
-                     monkeypatch, capsys)
+                     tmp_path)
     assert {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS} == before
     reused = parse((tmp_path / "again.md").read_text())
     assert reused["2"] == table["2"] and reused["1"] == table["1"]
@@ -152,16 +149,15 @@ ONLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-tr
           "--online.margin", "64", *NORMALISE]
 
 
-def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path, monkeypatch,
-                                                                 capsys):
+def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path):
     _, _, runs, command, result = offline_bench
     assert result.returncode == 0, result.stderr[-3000:]
     bench_in_process(["--modes", "online", "--seeds", 1, "--out", tmp_path / "online.md", "--runs-dir", runs,
-                      "--final-queries", 16, "--", *ONLINE], offline_cache, monkeypatch, capsys)
+                      "--final-queries", 16, "--", *ONLINE], offline_cache, tmp_path)
     config = json.loads((runs / "online_seed1" / "config.json").read_text())
     assert config["task_name"] == "offline-online" and config["online"]["num_labels"] == 128
     bench_in_process(["--modes", "offline", "online", "--seeds", 1, "--reuse", "--out", tmp_path / "both.md",
-                      "--runs-dir", runs, "--final-queries", 16], offline_cache, monkeypatch, capsys)
+                      "--runs-dir", runs, "--final-queries", 16], offline_cache, tmp_path)
     sections = (tmp_path / "both.md").read_text().split("\n## ")[1:]
     assert [s.splitlines()[0] for s in sections] == ["offline: `--task offline`", "online: `--task offline-online`"]
     assert "README's ranges" in sections[0] and "README's ranges" not in sections[1]  # its ranges are offline's
