@@ -50,40 +50,48 @@ OFFLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-t
 
 @pytest.fixture(scope="module")
 def offline_bench(tmp_path_factory, offline_cache):
-    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, out, runs, command, result).
-    The one real run of the benchmark's command line; the tests' later invocations call its main() in-process."""
+    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, the table, the runs, the
+    real command's result). Seed 1 by the benchmark's command line, for real (the benchmark in a subprocess, its
+    train_policy run in another): the one real run of both. Then the two seeds' table by its main() in this process
+    with --reuse, which takes seed 1's run and runs seed 2 (in this process too): a second real seed would only import
+    torch twice more."""
     tmp_path = tmp_path_factory.mktemp("bench")
-    out, runs = tmp_path / "offline.md", tmp_path / "runs"
-    command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", *map(str, SEEDS), "--out", str(out),
+    runs = tmp_path / "runs"
+    command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", "1", "--out", str(tmp_path / "seed1.md"),
                "--runs-dir", str(runs), "--final-queries", "16", "--", *OFFLINE]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **bench_env(offline_cache)},
                             cwd=tmp_path, timeout=900)
-    return tmp_path, out, runs, command, result
+    assert result.returncode == 0, result.stderr[-3000:]
+    bench_in_process(["--seeds", *SEEDS, "--reuse", "--out", tmp_path / "offline.md", "--runs-dir", runs,
+                      "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)
+    return tmp_path, tmp_path / "offline.md", runs, result
 
 
-def bench_in_process(args: list, offline_cache: Path, cwd: Path, monkeypatch) -> None:
+def bench_in_process(args: list, offline_cache: Path, cwd: Path) -> None:
     """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (conftest.in_process),
     with bench_env's variables; the train_policy run of each seed it runs too (`python train_policy.py FLAGS`, as
     ``main(FLAGS)``). In-process because `offline_bench` runs the benchmark's command line and its train_policy
-    subprocesses for real, and a second interpreter here would only import torch again; a failed run fails the test."""
+    subprocess for real, and a second interpreter here would only import torch again; a failed run fails the test."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     benchmark = importlib.import_module("offline")  # benchmarks/offline.py (this module's `offline` is the package's)
 
     def run_here(command: list, **_) -> subprocess.CompletedProcess:  # [python, .../train_policy.py, FLAGS...]
         return in_process(command[1], *command[2:])
 
-    monkeypatch.setattr(benchmark, "subprocess", SimpleNamespace(run=run_here))
-    in_process("benchmarks/offline.py", *args, env_extra=bench_env(offline_cache), cwd=cwd)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(benchmark, "subprocess", SimpleNamespace(run=run_here))
+        in_process("benchmarks/offline.py", *args, env_extra=bench_env(offline_cache), cwd=cwd)
 
 
-def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch):
-    tmp_path, out, runs, command, result = offline_bench
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_offline_benchmark_table(offline_bench, offline_cache):
+    tmp_path, out, runs, result = offline_bench
+    real = (tmp_path / "seed1.md").read_text()  # what the command line wrote, and printed
+    assert real in result.stdout and "--seeds 1 --final-queries 16 -- " + " ".join(OFFLINE) in real
     text = out.read_text()
-    assert text in result.stdout
     assert "-- " + " ".join(OFFLINE) in text
-    assert f"torch {version('torch')}" in text
+    assert f"torch {version('torch')}" in text and f"torch {version('torch')}" in real
     table = parse(text)
+    assert table["1"] == parse(real)["1"]  # seed 1's run, taken again
     titles = table["seed"]
     summaries = {s: json.loads((runs / f"seed{s}" / "summary.json").read_text()) for s in SEEDS}
     assert summaries[1]["reward_model/heldout_accuracy"] != summaries[2]["reward_model/heldout_accuracy"]
@@ -119,8 +127,9 @@ def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch):
     assert text.rstrip().endswith("every seed inside the README's ranges: no")
     # --reuse: the finished runs make the table again, wall times included, without running anything
     before = {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS}
-    bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs], offline_cache,
-                     tmp_path, monkeypatch)
+    # (the same flags: were --reuse ignored, the seeds would run again as small as before, and fail below)
+    bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs,
+                      "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)
     assert {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS} == before
     reused = parse((tmp_path / "again.md").read_text())
     assert reused["2"] == table["2"] and reused["1"] == table["1"]
@@ -161,15 +170,14 @@ ONLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-tr
           "--online.margin", "64", *NORMALISE, *ONE_EPOCH]
 
 
-def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path, monkeypatch):
-    _, _, runs, command, result = offline_bench
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path):
+    runs = offline_bench[2]
     bench_in_process(["--modes", "online", "--seeds", 1, "--out", tmp_path / "online.md", "--runs-dir", runs,
-                      "--final-queries", 16, "--", *ONLINE], offline_cache, tmp_path, monkeypatch)
+                      "--final-queries", 16, "--", *ONLINE], offline_cache, tmp_path)
     config = json.loads((runs / "online_seed1" / "config.json").read_text())
     assert config["task_name"] == "offline-online" and config["online"]["num_labels"] == 128
     bench_in_process(["--modes", "offline", "online", "--seeds", 1, "--reuse", "--out", tmp_path / "both.md",
-                      "--runs-dir", runs, "--final-queries", 16], offline_cache, tmp_path, monkeypatch)
+                      "--runs-dir", runs, "--final-queries", 16], offline_cache, tmp_path)
     sections = (tmp_path / "both.md").read_text().split("\n## ")[1:]
     assert [s.splitlines()[0] for s in sections] == ["offline: `--task offline`", "online: `--task offline-online`"]
     assert "README's ranges" in sections[0] and "README's ranges" not in sections[1]  # its ranges are offline's
