@@ -173,9 +173,11 @@ def in_process(script: str | Path, *args, env_extra: dict | None = None,
     from lm_human_preference_details import files
 
     path = ROOT / script
-    if str(path.parent) not in sys.path:  # where `python SCRIPT` finds its imports (benchmarks/ for a benchmark)
-        sys.path.insert(0, str(path.parent))
-    main = importlib.import_module(path.stem).main
+    sys.path.insert(0, str(path.parent))  # where `python SCRIPT` finds it and its imports (benchmarks/ for a benchmark)
+    try:
+        main = importlib.import_module(path.stem).main
+    finally:
+        sys.path.remove(str(path.parent))
     out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
     env = {name: str(value) for name, value in (env_extra or {}).items()}
     saved = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
