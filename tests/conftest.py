@@ -185,23 +185,23 @@ def in_process(script: str | Path, *args, env_extra: dict | None = None,
         sys.path.remove(str(path.parent))
     out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
     env = {name: str(value) for name, value in (env_extra or {}).items()}
-    saved = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
+    saved_env, saved_cache, saved_cwd = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
     torch.set_num_threads(1)
     try:
         os.environ.update(env)
         files.CACHE_DIR = Path(env["LMHP_CACHE"]) if "LMHP_CACHE" in env else files.CACHE_DIR
-        os.chdir(cwd or saved[2])
+        os.chdir(cwd or saved_cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main([str(a) for a in args])
     finally:
         torch.set_num_threads(threads)
-        for name, value in saved[0].items():
+        for name, value in saved_env.items():
             if value is None:
                 del os.environ[name]
             else:
                 os.environ[name] = value
-        files.CACHE_DIR = saved[1]
-        os.chdir(saved[2])
+        files.CACHE_DIR = saved_cache
+        os.chdir(saved_cwd)
     return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
 
 
