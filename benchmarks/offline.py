@@ -176,7 +176,7 @@ def versions() -> str:
     return ", ".join(f"{name} {version(name)}" for name in VERSIONED)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["offline"],
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--final-queries", type=int, default=256,
                         help="held-out queries (4 samples each) of the final reward model's accuracy on the final policy")
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from lm_human_preference_details.offline import VERSION, offline_dir
 

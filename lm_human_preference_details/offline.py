@@ -28,8 +28,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -69,6 +71,10 @@ QUERY_LENGTH, RESPONSE_LENGTH = 32, 24
 NUM_LABELS, NUM_TRAIN = 2048, 1536
 TRUNCATE_TOKEN, TRUNCATE_AFTER, TEMPERATURE = 13, 16, 0.7
 TINY_GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}  # the offline task's model
+HELDOUT_QUERIES = 256  # the report's held-out queries, sampled from each policy: 8.6 CPU s of a run's ~240 (docs/offline.md)
+# tests' hook: a smaller count for the report of a run whose numbers a test only compares (a table against summary.json),
+# not reads as results; unset in every real run (as checkpoint.py's $LMHP_TEST_EVENTS)
+HELDOUT_QUERIES_HOOK = "LMHP_TEST_HELDOUT_QUERIES"
 
 
 def offline_dir() -> Path:
@@ -215,17 +221,18 @@ def share_unused_rows(model, vocab: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int) -> list[dict]:
-    """Best-of-4 labels in OpenAI's schema from samples of ``policy``, the best picked by the gold scorer."""
+def make_labels(policy, tokenizer, queries_path: Path, n: int, seed: int, batch_size: int = 128) -> list[dict]:
+    """Best-of-4 labels in OpenAI's schema from samples of ``policy``, the best picked by the gold scorer; ``batch_size``
+    queries (4 samples each) at a time."""
     passages = TaskHParams(query_dataset=str(queries_path), query_length=QUERY_LENGTH, start_text=".", end_text=".")
-    sampler = make_query_sampler(tokenizer, passages, batch_size=128, seed=seed, num_ranks=1, shuffle_seed=seed)
+    sampler = make_query_sampler(tokenizer, passages, batch_size=batch_size, seed=seed, num_ranks=1, shuffle_seed=seed)
     g = torch.Generator().manual_seed(seed)
     pad_id = tokenizer.pad_token_id
     records = []
     bar = progress(total=n, desc="best-of-4 labels", unit="label")
     while len(records) < n:
-        queries = next(sampler)  # [128, QUERY_LENGTH]
-        contexts = format_queries(queries, [], []).repeat_interleave(4, dim=0)  # [512, QUERY_LENGTH]
+        queries = next(sampler)  # [batch_size, QUERY_LENGTH]
+        contexts = format_queries(queries, [], []).repeat_interleave(4, dim=0)  # [4 * batch_size, QUERY_LENGTH]
         responses = policy.sample(contexts, RESPONSE_LENGTH, generator=g)["responses"]
         # as the original's labelers saw them: truncated after the first '.' at index >= 16, then padded
         samples = truncate_responses(responses, TRUNCATE_TOKEN, TRUNCATE_AFTER, pad_id).view(len(queries), 4, -1)
@@ -323,7 +330,8 @@ def heldout_queries(tokenizer, task, n: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, seed: int = 12345) -> dict[str, float]:
+def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = HELDOUT_QUERIES,
+             seed: int = 12345) -> dict[str, float]:
     """Gold and reward-model scores of the initial and the trained policy on held-out queries, and the KL."""
     queries = heldout_queries(tokenizer, task, n, seed).to(policy.head.weight.device)
     contexts = format_queries(queries, [], [])
@@ -346,10 +354,11 @@ def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = 256, se
 
 
 def report(policy, ref_policy, reward_model, tokenizer, task, kl_target: float, run_dir: Path,
-           reward_accuracy: float | None) -> dict:
-    """The offline task's closing summary: printed, and written to run_dir/summary.json and curves.png."""
+           reward_accuracy: float | None, n: int = HELDOUT_QUERIES) -> dict:
+    """The offline task's closing summary, on ``n`` held-out queries: printed, and written to run_dir/summary.json and
+    curves.png."""
     summary = {"reward_model/heldout_accuracy": reward_accuracy, "kl_target": kl_target,
-               **evaluate(policy, ref_policy, reward_model, tokenizer, task)}
+               **evaluate(policy, ref_policy, reward_model, tokenizer, task, n)}
     write_run_curves(run_dir)  # the run's curves.png, its gold score panel included
     with atomic_path(run_dir / "summary.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2))
@@ -363,8 +372,13 @@ def report(policy, ref_policy, reward_model, tokenizer, task, kl_target: float, 
     return summary
 
 
+@dataclass
 class OfflineTask(Task):
     """The offline task: the books tasks' rules at a small scale, with the gold scorer's metric and report."""
+
+    heldout_queries: int = HELDOUT_QUERIES
+    """held-out queries the end-of-run report samples from the initial and the trained policy (256; fewer only in
+    tests, through $LMHP_TEST_HELDOUT_QUERIES)"""
 
     def prepare(self) -> None:
         ensure_offline_assets()
@@ -379,7 +393,7 @@ class OfflineTask(Task):
 
     def report(self, args, tokenizer, policy, ref_policy, reward_model, reward_results: dict) -> dict:
         return report(policy, ref_policy, reward_model, tokenizer, args.task, args.rewards.target, Path(args.output_dir),
-                      reward_results.get("heldout_accuracy"))
+                      reward_results.get("heldout_accuracy"), self.heldout_queries)
 
 
 def task() -> OfflineTask:
@@ -397,6 +411,7 @@ def task() -> OfflineTask:
         rewards={"kl_coef": 0.15, "adaptive_kl": True, "target": 6.0, "horizon": 10000},
         run={"exact_ranks": True},  # torchrun --nproc-per-node 2 gives the one-process run bit for bit (README)
         gpu_sized=False,  # minutes on a CPU: --device auto keeps the CPU
+        heldout_queries=int(os.environ.get(HELDOUT_QUERIES_HOOK) or HELDOUT_QUERIES),
     )
 
 

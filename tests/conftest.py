@@ -18,6 +18,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+# Before torch loads, as train_policy.py and train_reward.py set it: an `in_process` run allocates as the script does
+# (large CPU tensors, the full-vocabulary logits, in 2 MiB pages, not 4 KiB ones faulted in one at a time; without it
+# the offline task's end-to-end run took 72 CPU s here instead of 60, more than its subprocess)
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
 import numpy as np
 import pytest
 import torch
@@ -170,19 +175,41 @@ def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tu
         return one(), started.result()
 
 
-def in_process(script: str, *args) -> subprocess.CompletedProcess:
+def in_process(script: str | Path, *args, env_extra: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
     for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
-    transformers' imports. For the 1-process twin of a torchrun pair; the pair's own processes stay real. -> its
-    stdout and stderr as `launch` gives them; it must succeed."""
-    main = importlib.import_module(Path(script).stem).main
+    transformers' imports. For the 1-process twin of a torchrun pair, and for a script whose command line another
+    test runs for real; the pair's own processes stay real. ``env_extra`` and ``cwd``: the variables and the working
+    directory the run sees (this process's, given back after it); $LMHP_CACHE also sets `files.CACHE_DIR`, which a
+    fresh process reads from it at import. -> its stdout and stderr as `launch` gives them; it must succeed."""
+    from lm_human_preference_details import files
+
+    path = ROOT / script
+    sys.path.insert(0, str(path.parent))  # where `python SCRIPT` finds it and its imports (benchmarks/ for a benchmark)
+    try:
+        main = importlib.import_module(path.stem).main
+    finally:
+        sys.path.remove(str(path.parent))
     out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    env = {name: str(value) for name, value in (env_extra or {}).items()}
+    saved_env, saved_cache, saved_cwd = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
     torch.set_num_threads(1)
     try:
+        os.environ.update(env)
+        files.CACHE_DIR = Path(env["LMHP_CACHE"]) if "LMHP_CACHE" in env else files.CACHE_DIR
+        os.chdir(cwd or saved_cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main([str(a) for a in args])
     finally:
         torch.set_num_threads(threads)
+        for name, value in saved_env.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+        files.CACHE_DIR = saved_cache
+        os.chdir(saved_cwd)
     return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
 
 

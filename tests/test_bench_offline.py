@@ -1,5 +1,6 @@
 """benchmarks/offline.py on CI-sized settings: its table holds what the runs measured, its summary what the rows say."""
 
+import importlib
 import json
 import math
 import os
@@ -9,9 +10,13 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import in_process
+
+from lm_human_preference_details import offline
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [1, 2]
@@ -24,57 +29,69 @@ def parse(markdown: str) -> dict[str, list[str]]:
 
 
 def bench_env(offline_cache: Path) -> dict:
+    """The variables the benchmark's runs get (beside this process's own, in a subprocess)."""
     # one thread per run, as test_offline's end-to-end run: beside a second test suite two threads spin at OpenMP's
-    # barriers, and this test passed its 900 s timeout (2026-11-25, shared 2-core VM)
-    return {**os.environ, "LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    # barriers, and this test passed its 900 s timeout (2026-11-25, shared 2-core VM). 16 held-out queries in each
+    # run's report, not 256 (8 CPU s a run, a third of these): the tests compare its numbers with the table, they do
+    # not read them as results; test_offline's end-to-end run reports on 256.
+    return {"LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+            offline.HELDOUT_QUERIES_HOOK: "16"}
 
 
 # the reward model's normalisation before and after training on 32 policy samples, not the preset's 256 (two sampling
 # batches of 256 were a fifth of a CI-sized run): the table and its summary are the point, not the reward's scale
 NORMALISE = ["--rewards.train-new-model.normalize-samples", "32", "--rewards.train-new-model.rollout-batch-size", "32"]
+# one PPO epoch, not the preset's 4 (they train the policy; here its one update has only to be logged, saved and
+# reported), and the reward model's held-out accuracy on 64 labels, not 512 (two seeds' models still score apart)
+ONE_EPOCH = ["--ppo.noptepochs", "1", "--rewards.train-new-model.eval-labels", "64"]
+# each offline seed: 1 PPO update of the preset's 64 episodes, 8 reward-model batches of 8
+OFFLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-train", "64", *NORMALISE, *ONE_EPOCH]
 
 
 @pytest.fixture(scope="module")
 def offline_bench(tmp_path_factory, offline_cache):
-    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, out, runs, command, result).
-    The one real run of the benchmark's command line; the tests' later invocations call its main() in-process."""
+    """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, the table, the runs, the
+    real command's result). Seed 1 by the benchmark's command line, for real (the benchmark in a subprocess, its
+    train_policy run in another): the one real run of both. Then the two seeds' table by its main() in this process
+    with --reuse, which takes seed 1's run and runs seed 2 (in this process too): a second real seed would only import
+    torch twice more."""
     tmp_path = tmp_path_factory.mktemp("bench")
-    out, runs = tmp_path / "offline.md", tmp_path / "runs"
-    command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", *map(str, SEEDS), "--out", str(out),
-               "--runs-dir", str(runs), "--final-queries", "16", "--",
-               "--ppo.total-episodes", "64",  # 1 PPO update per seed
-               "--rewards.train-new-model.labels.num-train", "64", *NORMALISE]  # 8 reward-model batches
-    result = subprocess.run(command, capture_output=True, text=True, env=bench_env(offline_cache), cwd=tmp_path,
-                            timeout=900)
-    return tmp_path, out, runs, command, result
-
-
-def bench_in_process(args: list, offline_cache: Path, monkeypatch, capsys) -> str:
-    """``python benchmarks/offline.py ARGS`` as a call of its main() in this process, with bench_env's variables (its
-    train_policy runs are still subprocesses) -> what it printed; its sys.exit fails the test. In-process because
-    the command line is run for real by `offline_bench`, and a second interpreter would only import torch again."""
-    from lm_human_preference_details import files
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from offline import main
-
-    for name in ("LMHP_CACHE", "WANDB_MODE", "OMP_NUM_THREADS"):
-        monkeypatch.setenv(name, bench_env(offline_cache)[name])
-    monkeypatch.setattr(files, "CACHE_DIR", offline_cache)  # read at import, as a fresh process reads LMHP_CACHE
-    monkeypatch.setattr(sys, "argv", ["benchmarks/offline.py", *map(str, args)])
-    capsys.readouterr()
-    main()
-    return capsys.readouterr().out
-
-
-def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch, capsys):
-    tmp_path, out, runs, command, result = offline_bench
+    runs = tmp_path / "runs"
+    command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", "1", "--out", str(tmp_path / "seed1.md"),
+               "--runs-dir", str(runs), "--final-queries", "16", "--", *OFFLINE]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **bench_env(offline_cache)},
+                            cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    bench_in_process(["--seeds", *SEEDS, "--reuse", "--out", tmp_path / "offline.md", "--runs-dir", runs,
+                      "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)
+    return tmp_path, tmp_path / "offline.md", runs, result
+
+
+def bench_in_process(args: list, offline_cache: Path, cwd: Path) -> None:
+    """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (conftest.in_process),
+    with bench_env's variables; the train_policy run of each seed it runs too (`python train_policy.py FLAGS`, as
+    ``main(FLAGS)``). In-process because `offline_bench` runs the benchmark's command line and its train_policy
+    subprocess for real, and a second interpreter here would only import torch again; a failed run fails the test."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    benchmark = importlib.import_module("offline")  # benchmarks/offline.py (this module's `offline` is the package's)
+
+    def run_here(command: list, **_) -> subprocess.CompletedProcess:  # [python, .../train_policy.py, FLAGS...]
+        return in_process(command[1], *command[2:])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(benchmark, "subprocess", SimpleNamespace(run=run_here))
+        in_process("benchmarks/offline.py", *args, env_extra=bench_env(offline_cache), cwd=cwd)
+
+
+def test_offline_benchmark_table(offline_bench, offline_cache):
+    tmp_path, out, runs, result = offline_bench
+    real = (tmp_path / "seed1.md").read_text()  # what the command line wrote, and printed
+    assert real in result.stdout and "--seeds 1 --final-queries 16 -- " + " ".join(OFFLINE) in real
     text = out.read_text()
-    assert text in result.stdout
-    assert "-- --ppo.total-episodes 64 --rewards.train-new-model.labels.num-train 64 " + " ".join(NORMALISE) in text
-    assert f"torch {version('torch')}" in text
+    assert "-- " + " ".join(OFFLINE) in text
+    assert f"torch {version('torch')}" in text and f"torch {version('torch')}" in real
     table = parse(text)
+    assert table["1"] == parse(real)["1"]  # seed 1's run, taken again
     titles = table["seed"]
     summaries = {s: json.loads((runs / f"seed{s}" / "summary.json").read_text()) for s in SEEDS}
     assert summaries[1]["reward_model/heldout_accuracy"] != summaries[2]["reward_model/heldout_accuracy"]
@@ -110,8 +127,9 @@ def test_offline_benchmark_table(offline_bench, offline_cache, monkeypatch, caps
     assert text.rstrip().endswith("every seed inside the README's ranges: no")
     # --reuse: the finished runs make the table again, wall times included, without running anything
     before = {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS}
-    bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs], offline_cache,
-                     monkeypatch, capsys)
+    # (the same flags: were --reuse ignored, the seeds would run again as small as before, and fail below)
+    bench_in_process(["--seeds", "2", "1", "--reuse", "--out", tmp_path / "again.md", "--runs-dir", runs,
+                      "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)
     assert {s: (runs / f"seed{s}" / "summary.json").stat().st_mtime_ns for s in SEEDS} == before
     reused = parse((tmp_path / "again.md").read_text())
     assert reused["2"] == table["2"] and reused["1"] == table["1"]
@@ -147,21 +165,19 @@ def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
 
 
 # the online mode at its smallest: N_r^0 = 64, N_r = 128, two request batches of 64 before the one PPO update, one
-# training on the first 64 labels (the other 64 held out), normalised on 32 samples as the offline seeds
+# training on the first 64 labels (the other 64 held out), normalised on 32 samples and one epoch as the offline seeds
 ONLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-train", "64", "--online.num-labels", "128",
-          "--online.margin", "64", *NORMALISE]
+          "--online.margin", "64", *NORMALISE, *ONE_EPOCH]
 
 
-def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path, monkeypatch,
-                                                                 capsys):
-    _, _, runs, command, result = offline_bench
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_both_modes_in_one_table_each_judged_on_its_final_policy(offline_bench, offline_cache, tmp_path):
+    runs = offline_bench[2]
     bench_in_process(["--modes", "online", "--seeds", 1, "--out", tmp_path / "online.md", "--runs-dir", runs,
-                      "--final-queries", 16, "--", *ONLINE], offline_cache, monkeypatch, capsys)
+                      "--final-queries", 16, "--", *ONLINE], offline_cache, tmp_path)
     config = json.loads((runs / "online_seed1" / "config.json").read_text())
     assert config["task_name"] == "offline-online" and config["online"]["num_labels"] == 128
     bench_in_process(["--modes", "offline", "online", "--seeds", 1, "--reuse", "--out", tmp_path / "both.md",
-                      "--runs-dir", runs, "--final-queries", 16], offline_cache, monkeypatch, capsys)
+                      "--runs-dir", runs, "--final-queries", 16], offline_cache, tmp_path)
     sections = (tmp_path / "both.md").read_text().split("\n## ")[1:]
     assert [s.splitlines()[0] for s in sections] == ["offline: `--task offline`", "online: `--task offline-online`"]
     assert "README's ranges" in sections[0] and "README's ranges" not in sections[1]  # its ranges are offline's

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from conftest import in_process
 
-from lm_human_preference_details import files
 from lm_human_preference_details.downloads import fetch
 from lm_human_preference_details.files import atomic_path
 
@@ -104,7 +103,7 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["offline"]  # no temporaries, no lock file
 
 
-def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path, monkeypatch):
+def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path):
     """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
     no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in
     this process (conftest.in_process) with that cache as its LMHP_CACHE."""
@@ -118,9 +117,8 @@ def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(
     out = two.stdout + two.stderr
     assert two.returncode == 0 and "error" not in out, out[-3000:]
     assert out.count("(once)") == 1, out[-3000:]
-    monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")  # what LMHP_CACHE sets when the package is imported
-    monkeypatch.chdir(tmp_path)
-    one = in_process("train_reward.py", *sizes, "--output-dir", tmp_path / "one")
+    one = in_process("train_reward.py", *sizes, "--output-dir", tmp_path / "one", env_extra={"LMHP_CACHE": tmp_path / "cache"},
+                     cwd=tmp_path)
     assert "(once)" not in one.stdout, one.stdout[-3000:]  # found the assets the torchrun job built
     rows = {name: (tmp_path / name / "metrics.jsonl").read_text().splitlines() for name in ("one", "two")}
     assert len(rows["one"]) > 2 and rows["one"] == rows["two"]

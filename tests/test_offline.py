@@ -1,19 +1,15 @@
 """The offline task: gold scorer, corpus, labels in OpenAI's schema, and a CI-sized run end to end."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import in_process
 
 from lm_human_preference_details import offline
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.model import Policy, load_lm
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gold_score_by_hand():
@@ -67,7 +63,8 @@ def test_make_labels_in_oai_schema(tokenizer, tiny_model_dir, tmp_path):
     queries.write_text("\n\n".join(offline.corpus(20, seed=1)))
     torch.manual_seed(0)
     policy = Policy(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id, offline.TEMPERATURE)
-    records = offline.make_labels(policy, tokenizer, queries, n=6, seed=3)
+    # 4 queries at a time (the recipe's 128 would sample 512 responses for 6 labels): two batches, the second cut short
+    records = offline.make_labels(policy, tokenizer, queries, n=6, seed=3, batch_size=4)
     assert len(records) == 6
     assert set(records[0]) == {"query", "sample0", "sample1", "sample2", "sample3", "best"}
     path = tmp_path / "labels.json"
@@ -133,20 +130,32 @@ def test_the_shipped_assets_are_best_of_4_labels_of_the_gold_scorer(tokenizer, o
     assert (gold.max(1).values > gold.min(1).values).float().mean() > 0.9  # the four samples' scores differ
 
 
+def test_the_report_evaluates_256_heldout_queries_unless_a_test_asks_fewer(monkeypatch):
+    seen = []  # the count each preset's report hook hands the report
+    monkeypatch.setattr(offline, "report", lambda *args: seen.append(args[-1]))
+    run = SimpleNamespace(task=None, rewards=SimpleNamespace(target=6.0), output_dir="run")
+    for hook in (None, "16"):  # unset in what users run; set by tests whose report numbers are only compared
+        if hook is None:
+            monkeypatch.delenv(offline.HELDOUT_QUERIES_HOOK, raising=False)
+        else:
+            monkeypatch.setenv(offline.HELDOUT_QUERIES_HOOK, hook)
+        for preset in (offline.task(), offline.online_task()):
+            preset.report(run, None, None, None, None, {})
+    assert seen == [256, 256, 16, 16]
+
+
 def test_offline_task_end_to_end(tmp_path, offline_cache):
-    """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score. Half the preset's
-    labels (768 of 1536: the reward model's training on them, a third of the run, is the point, not its last few
-    points of accuracy) and five PPO updates: a minute or more on a CPU. With them a run measured held-out accuracy
-    0.73 (bound 0.33), a gain of 0.33 initial stds (bound 0.2), KL 6.97 (bound 12); with all 1536 labels 0.76, 0.46,
-    6.9."""
-    # one thread: two spin at OpenMP's barriers whenever another process takes a core (a reward model alone took
-    # 69 s instead of 24 s beside one busy loop), and beside a second test suite this run passed its 900 s timeout
-    env = {**os.environ, "LMHP_CACHE": str(offline_cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-           "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(ROOT / "train_policy.py"), "--task", "offline", "--ppo.total-episodes", "320",
-               "--rewards.train-new-model.labels.num-train", "768", "--output-dir", str(tmp_path / "run")]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """CI-sized: the reward model beats chance on held-out gold labels and PPO raises the gold score, in the report on
+    the preset's 256 held-out queries. Half the preset's labels (768 of 1536: the reward model's training on them, a
+    third of the run, is the point, not its last few points of accuracy) and five PPO updates: a minute or more on a
+    CPU. With them a run measured held-out accuracy 0.73 (bound 0.33), a gain of 0.33 initial stds (bound 0.2), KL
+    6.97 (bound 12); with all 1536 labels 0.76, 0.46, 6.9. In this process (conftest.in_process, one thread: two spin
+    at OpenMP's barriers whenever another process takes a core): the command line of `--task offline` runs for real
+    in test_bench_offline's benchmark and test_online's runs, and a new interpreter here would only import torch."""
+    env = {"LMHP_CACHE": offline_cache, "WANDB_MODE": "disabled"}
+    result = in_process("train_policy.py", "--task", "offline", "--ppo.total-episodes", 320,
+                        "--rewards.train-new-model.labels.num-train", 768, "--output-dir", tmp_path / "run",
+                        env_extra=env, cwd=tmp_path)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reward_model/heldout_accuracy"] > 0.33  # chance is 0.25 over 512 held-out labels
     assert summary["trained/gold_mean"] > summary["initial/gold_mean"] + 0.2 * summary["initial/gold_std"]

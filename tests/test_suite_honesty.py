@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 
@@ -41,3 +42,26 @@ def test_assert_one_line_error_refuses_an_empty_run_directory_and_a_touched_work
                 subprocess.CompletedProcess([], 2, "", "Traceback (most recent call last):\n" + refused.stderr)):
         with pytest.raises(AssertionError):
             assert_one_line_error(bad, "--ppo.lr is 0.0", out, cwd)
+
+
+PROBE = '''
+import os
+from lm_human_preference_details import files
+
+def main(argv):
+    print(argv, os.environ["LMHP_PROBE"], os.getcwd(), files.CACHE_DIR)
+'''
+
+
+def test_in_process_gives_the_run_its_variables_directory_and_cache_then_gives_back_this_processs(tmp_path):
+    from conftest import in_process
+
+    from lm_human_preference_details import files
+
+    (tmp_path / "in_process_probe.py").write_text(PROBE)
+    (tmp_path / "run").mkdir()
+    before = os.getcwd(), files.CACHE_DIR, os.environ.get("LMHP_CACHE")
+    result = in_process(tmp_path / "in_process_probe.py", "--flag", 1, cwd=tmp_path / "run",
+                        env_extra={"LMHP_PROBE": "seen", "LMHP_CACHE": tmp_path / "cache"})
+    assert result.stdout == f"['--flag', '1'] seen {tmp_path / 'run'} {tmp_path / 'cache'}\n"  # as a fresh process
+    assert (os.getcwd(), files.CACHE_DIR, os.environ.get("LMHP_CACHE")) == before and "LMHP_PROBE" not in os.environ
