@@ -62,10 +62,18 @@ def digest(path: Path) -> str:
     return hashlib.sha256(b"".join(str(p).encode() + p.read_bytes() for p in files)).hexdigest()
 
 
-def test_a_process_that_sees_the_same_run_resumes_from_process_0s_checkpoint(tmp_path):
-    stands = process_0_view(saved_run(tmp_path / "shared"))
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory) -> tuple[Path, dict]:
+    """A saved run (`saved_run`) and process 0's view of it -> (its directory, the view). Shared because each run
+    saves three checkpoints (~2 s); read-only: a test copies it before it changes or resumes it."""
+    out = saved_run(tmp_path_factory.mktemp("cluster") / "node0")
+    return out, process_0_view(out)
+
+
+def test_a_process_that_sees_the_same_run_resumes_from_process_0s_checkpoint(shared_run, tmp_path):
+    shared, stands = shared_run
     assert stands["checkpoint"] == "update_00000003" and stands["run"] and stands["sums"]
-    copy = shutil.copytree(tmp_path / "shared", tmp_path / "copy")  # a faithful copy on another node: the same run
+    copy = shutil.copytree(shared, tmp_path / "copy")  # a faithful copy on another node: the same run
     assert other_process(copy, stands) == copy / "checkpoints" / "update_00000003"
 
 
@@ -75,10 +83,11 @@ def test_a_process_that_sees_the_same_run_resumes_from_process_0s_checkpoint(tmp
     (lambda d: (d / "checkpoints" / "update_00000003" / "SHA256SUMS").write_text("0  state.pt\n"), "SHA256SUMS"),
     (lambda d: (d / ".lmhp-run.json").write_text('{"kind": "policy", "id": "another"}'), "here run another"),
 ])
-def test_a_process_that_sees_another_run_directory_ends_the_job_in_one_line(tmp_path, monkeypatch, damage, here):
+def test_a_process_that_sees_another_run_directory_ends_the_job_in_one_line(shared_run, tmp_path, monkeypatch, damage,
+                                                                           here):
     monkeypatch.setattr(run_dir, "SHARED_DIR_WAIT_S", 0.2)
-    stands = process_0_view(saved_run(tmp_path / "node0"))
-    node1 = shutil.copytree(tmp_path / "node0", tmp_path / "node1")
+    node0, stands = shared_run
+    node1 = shutil.copytree(node0, tmp_path / "node1")
     damage(node1)
     with pytest.raises(UserError) as e:
         other_process(node1, stands)
@@ -87,10 +96,10 @@ def test_a_process_that_sees_another_run_directory_ends_the_job_in_one_line(tmp_
     assert "is not the same run directory on every process" in message and "all nodes share" in message
 
 
-def test_a_process_that_sees_an_older_run_than_process_0s_new_one_ends_the_job(tmp_path, monkeypatch):
+def test_a_process_that_sees_an_older_run_than_process_0s_new_one_ends_the_job(shared_run, tmp_path, monkeypatch):
     """The other order: process 0's node had no run (it started one), process 1's holds a saved run."""
     monkeypatch.setattr(run_dir, "SHARED_DIR_WAIT_S", 0.2)
-    old = process_0_view(saved_run(tmp_path / "node1"))
+    node1, old = shutil.copytree(shared_run[0], tmp_path / "node1"), shared_run[1]
     fresh = tmp_path / "node0"
     directory = RunDirectory(str(fresh), "policy", resume=True, overwrite=False, inputs=[], say=lambda line: None)
     directory.enter()
@@ -99,7 +108,7 @@ def test_a_process_that_sees_an_older_run_than_process_0s_new_one_ends_the_job(t
     assert stands["run"] and stands["run"] != old["run"] and stands["checkpoint"] is None
     with pytest.raises(UserError, match=f"here run {old['run']}, last checkpoint update_00000003 .* on process 0 run "
                                         f"{stands['run']}, no checkpoint"):
-        other_process(tmp_path / "node1", stands)
+        other_process(node1, stands)
 
 
 def test_a_finished_reward_model_that_process_0_alone_sees_is_one_line(tmp_path, monkeypatch):
@@ -128,10 +137,10 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
-            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 12, "--task.truncate-after", 8,
-            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
+            "--task.query-dataset", assets / "queries.txt", "--task.response-length", 4, "--task.truncate-after", 2,
+            "--ppo.total-episodes", 8, "--ppo.batch-size", 4, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
             "--ppo.no-whiten-rewards", "--num-ranks", 2, "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2,
-            "--output-dir", "runs/x", "--resume"]  # 12-token responses: the job fails before it trains
+            "--output-dir", "runs/x", "--resume"]  # 2 updates of 4 episodes: the least that saves two checkpoints
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     node0.mkdir(), node1.mkdir()
     with monkeypatch.context() as here:

@@ -5,6 +5,7 @@ bytes unchanged; the others assert the exit status, one `error:` line, no traceb
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import in_process
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.errors import UserError, run_main
@@ -38,6 +40,18 @@ def one_error_line(proc: subprocess.CompletedProcess, match: str, status: int = 
     assert proc.returncode == status and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert match in errors[0], errors[0]
     return errors[0]
+
+
+def refused(capsys, script: str, *args) -> tuple[int, list[str], str]:
+    """``python SCRIPT ARGS`` (a path, or a module as `-m` takes it) as its `__main__` runs it, ``run_main(main)``, but
+    in this process: a refused command costs no new interpreter's imports. -> (exit status, the `error` lines on
+    stderr, stdout); no traceback."""
+    main = importlib.import_module(script[:-3] if script.endswith(".py") else script).main
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: main([str(a) for a in args]))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return e.value.code, [line for line in err.splitlines() if line.startswith("error")], out
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -120,22 +134,32 @@ def test_overwrite_refuses_a_reward_model_reached_through_a_link_in_the_run(tmp_
     assert snapshot(tmp_path) == before and (policy_run / "reward").is_symlink()
 
 
-def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path):
+def reward_argv(assets: Path, out: Path) -> list:
+    """A reward run of the tiny model that trains one batch of 8 labels (the label file's 64-token queries and 24-token
+    responses), into ``out``."""
+    return ["train_reward.py", "--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
+            "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--labels.num-train", 8, "--batch-size", 8,
+            "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--task.query-length", 64,
+            "--task.response-length", 24, "--output-dir", out]
+
+
+def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path, monkeypatch):
     """Data loss 2: `--output-dir=~/userdir` (a tilde the shell left alone) never writes to `./~/userdir`, and a second
-    run into it is refused."""
+    run into it is refused. The first run trains in this process (conftest.in_process, with this test's HOME and
+    working directory); the refused second is the file's one real `python train_reward.py`, whose HOME and working
+    directory come from its environment as a user's do."""
     home, cwd = tmp_path / "home", tmp_path / "cwd"
     home.mkdir()
     (cwd / "~" / "userdir").mkdir(parents=True)
     (cwd / "~" / "userdir" / "config.json").write_text('{"the user": "config"}')
     before = snapshot(cwd)
-    argv = [ROOT / "train_reward.py", "--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
-            "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--labels.num-train", 8, "--batch-size", 8,
-            "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--task.query-length", 64,
-            "--task.response-length", 24, "--output-dir=~/userdir"]
-    first = python(*argv, cwd=cwd, env={"HOME": str(home)})
-    assert first.returncode == 0, first.stderr[-3000:]
+    argv = [*reward_argv(assets, "x")[:-2], "--output-dir=~/userdir"]
+    with monkeypatch.context() as here:
+        here.chdir(cwd)
+        here.setenv("HOME", str(home))
+        in_process(*argv)
     assert read_marker(home / "userdir")["kind"] == "reward" and (home / "userdir" / "reward_model").is_dir()
-    one_error_line(python(*argv, cwd=cwd, env={"HOME": str(home)}), "already holds a reward run")
+    one_error_line(python(ROOT / argv[0], *argv[1:], cwd=cwd, env={"HOME": str(home)}), "already holds a reward run")
     assert snapshot(cwd) == before
 
 
@@ -145,16 +169,19 @@ def tiny_policy_argv(assets: Path) -> list:
 
 
 @pytest.mark.parametrize("tool", ["train_reward.py", "train_policy.py", "sample"])
-def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, tool):
+def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, capsys, tool):
+    """Each command's main in this process under run_main, as its `__main__` runs it (the real command's exit status
+    and one line are the tilde test's and test_sample's subprocesses)."""
     (tmp_path / "out").symlink_to(tmp_path / "gone")
     if tool == "sample":
-        argv = ["-m", "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2", "--task.query-dataset",
+        argv = ["lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2", "--task.query-dataset",
                 assets / "queries.txt", "--device", "cpu"]
     else:
-        argv = [ROOT / tool, *tiny_policy_argv(assets), "--labels.source", assets / "labels.json"]
+        argv = [tool, *tiny_policy_argv(assets), "--labels.source", assets / "labels.json"]
         if tool == "train_policy.py":
             argv[-2] = "--rewards.train-new-model.labels.source"
-    one_error_line(python(*argv, "--output-dir", tmp_path / "out"), "is a symbolic link to")
+    status, err, _ = refused(capsys, *argv, "--output-dir", tmp_path / "out")
+    assert status == 2 and len(err) == 1 and "is a symbolic link to" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out").is_symlink()
 
 
@@ -201,48 +228,31 @@ def test_sample_obeys_the_marker_and_overwrite(assets, tmp_path):
     assert (out / "notes.md").read_text() == "what I saw"
 
 
-def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path):
+def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path, capsys):
     (tmp_path / "file").write_text("a user's file")
-    proc = python("-m", "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2", "--task.query-dataset",
-                  assets / "queries.txt", "--device", "cpu", "--output-dir", tmp_path / "file" / "out")
-    one_error_line(proc, "lies under the file")
-    assert "query 0:" not in proc.stdout and (tmp_path / "file").read_text() == "a user's file"
+    status, err, out = refused(capsys, "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2",
+                          "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--output-dir",
+                          tmp_path / "file" / "out")
+    assert status == 2 and len(err) == 1 and "lies under the file" in err[0], err
+    assert "query 0:" not in out and (tmp_path / "file").read_text() == "a user's file"
 
 
 # ------------------------------------------------------------------------------------------------ a full disk
-FULL_DISK = '''
-"""Test-only: the first write_text of a file named $LMHP_TEST_FULL_AT fails as on a full disk."""
-import errno, os, pathlib
-
-_write_text = pathlib.Path.write_text
-
-
-def write_text(self, data, *args, **kwargs):
-    if self.name == os.environ["LMHP_TEST_FULL_AT"]:
-        open(self, "w").close()  # as a full disk does it: the file is made, its bytes never arrive
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-    return _write_text(self, data, *args, **kwargs)
-
-
-pathlib.Path.write_text = write_text
-'''
-
-
-def reward_argv(assets: Path, out: Path) -> list:
-    return [ROOT / "train_reward.py", "--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json",
-            "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--labels.num-train", 8, "--batch-size", 8,
-            "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--task.query-length", 64,
-            "--task.response-length", 24, "--output-dir", out]
-
-
 @pytest.mark.parametrize("name", [MARKER, "config.json"])
-def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(assets, tmp_path, name):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(FULL_DISK)
+def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(assets, tmp_path, monkeypatch, capsys, name):
+    """The first write_text of the file ``name`` fails as on a full disk: the file is made, its bytes never arrive."""
+    real = Path.write_text
+
+    def full_at(path, data, *args, **kwargs):
+        if path.name == name:
+            open(path, "w").close()  # as a full disk does it: the file is made, its bytes never arrive
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_at)
     out = tmp_path / "runs" / "r"
-    proc = python(*reward_argv(assets, out), env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LMHP_TEST_FULL_AT": name})
-    one_error_line(proc, "No space left on device")
+    status, err, _ = refused(capsys, *reward_argv(assets, out))
+    assert status == 2 and len(err) == 1 and "No space left on device" in err[0], err
     assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md rule 5)
 
 

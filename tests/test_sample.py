@@ -73,12 +73,12 @@ def test_shapes_table_and_files(assets, saved, tmp_path, capsys):
 
 def test_same_queries_and_draws_for_both_policies(assets, saved, tmp_path):
     # a saved copy of the base model against the base model itself: the same draws give the same responses
-    rows = run(assets, tmp_path, "--policy", str(saved["same"]), "--compare", "initial", "--num-queries", "4")
+    rows = run(assets, tmp_path, "--policy", str(saved["same"]), "--compare", "initial", "--num-queries", "2")
     first, second = rows[: len(rows) // 2], rows[len(rows) // 2 :]
     assert [r["query_tokens"] for r in first] == [r["query_tokens"] for r in second]
     assert [r["response_tokens"] for r in first] == [r["response_tokens"] for r in second]
     # a different policy on the same queries answers differently
-    rows = run(assets, tmp_path, "--policy", str(saved["changed"]), "--compare", str(saved["same"]), "--num-queries", "4",
+    rows = run(assets, tmp_path, "--policy", str(saved["changed"]), "--compare", str(saved["same"]), "--num-queries", "2",
                "--overwrite")  # the same output directory: replacing its samples needs the flag (docs/runs.md)
     first, second = rows[: len(rows) // 2], rows[len(rows) // 2 :]
     assert second[0]["policy"] == "compare"
@@ -87,9 +87,9 @@ def test_same_queries_and_draws_for_both_policies(assets, saved, tmp_path):
 
 
 def test_seed_determinism(assets, saved, tmp_path):
-    a = run(assets, tmp_path / "a", "--policy", str(saved["base"]), "--seed", "5")
-    b = run(assets, tmp_path / "b", "--policy", str(saved["base"]), "--seed", "5")
-    c = run(assets, tmp_path / "c", "--policy", str(saved["base"]), "--seed", "6")
+    """2 queries of 8 tokens each: a chance of 50257 ** -16 that two seeds draw the same responses."""
+    a, b, c = (run(assets, tmp_path / name, "--policy", str(saved["base"]), "--seed", seed, "--num-queries", "2")
+               for name, seed in (("a", "5"), ("b", "5"), ("c", "6")))
     assert a == b
     assert [r["response_tokens"] for r in a] != [r["response_tokens"] for r in c]
 
