@@ -349,8 +349,15 @@ def evaluate(policy, ref_policy, reward_model, tokenizer, task, n: int = HELDOUT
         if name == "trained":
             ref_logprobs = ref_policy.analyze_responses(contexts, sampled["responses"])["logprobs"]
             out["trained/kl"] = (sampled["logprobs"] - ref_logprobs).sum(1).mean().item()
-    out["gold_gain_in_initial_stds"] = (out["trained/gold_mean"] - out["initial/gold_mean"]) / out["initial/gold_std"]
+    out["gold_gain_in_initial_stds"] = gain_in_stds(out["trained/gold_mean"], out["initial/gold_mean"],
+                                                    out["initial/gold_std"])
     return out
+
+
+def gain_in_stds(after: float, before: float, std: float) -> float:
+    """(after - before) / std; NaN where every initial sample scored the same (std 0): the report of a finished run
+    says the gain is undefined rather than ending in a traceback."""
+    return (after - before) / std if std > 0 else math.nan
 
 
 def report(policy, ref_policy, reward_model, tokenizer, task, kl_target: float, run_dir: Path,

@@ -44,9 +44,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # are one group. Groups go to the workers in the order sorted here (without --no-loadscope-reorder xdist would hand
 # them out by their count of tests, and the few-test slow files would come last, with one worker idle).
 SHARED_GROUPS = {"test_resume_hardware.py": "test_ranks.py"}  # both read `exact_policy_runs` (two launches, ~30 s)
-# the files with the longest runs start first, so that the two workers end together (seconds, 2 cores, e2f3ecf)
-SLOW_FIRST = ["test_smoke.py", "test_ranks.py", "test_online.py", "test_offline.py", "test_run.py",
-              "test_torchrun_failures.py", "test_cluster_stops.py", "test_bench_offline.py", "test_checkpoint.py"]
+# the files with the longest runs start first, so that the two workers end together (longest first by their seconds in
+# an idle suite on the 2-core VM, 2026-11-25: 68, 63, 55 with test_resume_hardware, 51, 46, 42, 41, 38, 36, 26, 25, 22)
+SLOW_FIRST = ["test_online.py", "test_smoke.py", "test_ranks.py", "test_offline.py", "test_cluster_stops.py",
+              "test_bench_offline.py", "test_torchrun_failures.py", "test_checkpoint.py", "test_online_page.py",
+              "test_cache_builds.py", "test_cluster_runs.py", "test_run.py"]
 
 
 @pytest.hookimpl(tryfirst=True)

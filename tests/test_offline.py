@@ -1,6 +1,7 @@
 """The offline task: gold scorer, corpus, labels in OpenAI's schema, and a CI-sized run end to end."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,12 @@ def test_gold_score_by_hand():
     assert offline.gold_score("Lovely, LOVELY garden") == pytest.approx(1.9)
     assert offline.gold_score("The old man walked.") == 0.0
     assert len(set(offline.LEXICON.values())) == len(offline.LEXICON)  # distinct weights: ties are rare
+
+
+def test_the_gold_gain_is_in_initial_stds_and_undefined_without_spread():
+    assert offline.gain_in_stds(0.5, -0.25, 0.25) == pytest.approx(3.0)
+    # every initial sample scored the same (a small report of a tiny model): NaN, not a ZeroDivisionError at a run's end
+    assert math.isnan(offline.gain_in_stds(0.5, 0.5, 0.0))
 
 
 def test_corpus_is_deterministic_and_dense():
