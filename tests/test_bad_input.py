@@ -253,7 +253,7 @@ REWARD_CASES = {
 
 @pytest.fixture(scope="module")
 def reward_results(assets, bad_files, tmp_path_factory):
-    from test_smoke import refused_in_process
+    from conftest import refused_in_process
 
     from lm_human_preference_details import files
 
@@ -273,7 +273,7 @@ def test_reward_bad_input_is_one_line_before_anything_is_written(reward_results,
 
 
 def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
-    from test_smoke import refused_in_process
+    from conftest import refused_in_process
 
     base = ["--base-model", assets / "tiny-gpt2", "--task.query-dataset", assets / "queries.txt", "--device", "cpu"]
     cases = {"lr-not-a-number": (["--ppo.lr", "abc"], "cannot parse --ppo.lr"),
@@ -288,7 +288,7 @@ def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
 
 
 def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_model_dir, tmp_path):
-    from test_smoke import refused_in_process
+    from conftest import refused_in_process
 
     run = tmp_path / "run"  # what train_policy.py leaves: config.json, policy/, checkpoints/update_N/state.pt
     (run / "policy").mkdir(parents=True)

@@ -5,7 +5,6 @@ bytes unchanged; the others assert the exit status, one `error:` line, no traceb
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import in_process
+from conftest import in_process, refused_in_process
 
 from lm_human_preference_details import checkpoint as ckpt
 from lm_human_preference_details.errors import UserError, run_main
@@ -43,15 +42,12 @@ def one_error_line(proc: subprocess.CompletedProcess, match: str, status: int = 
 
 
 def refused(capsys, script: str, *args) -> tuple[int, list[str], str]:
-    """``python SCRIPT ARGS`` (a path, or a module as `-m` takes it) as its `__main__` runs it, ``run_main(main)``, but
-    in this process: a refused command costs no new interpreter's imports. -> (exit status, the `error` lines on
+    """``python SCRIPT ARGS`` (a path, or a module as `-m` takes it), refused, in this process (conftest's
+    `refused_in_process`: a refused command costs no new interpreter's imports) -> (exit status, the `error` lines on
     stderr, stdout); no traceback."""
-    main = importlib.import_module(script[:-3] if script.endswith(".py") else script).main
-    with pytest.raises(SystemExit) as e:
-        run_main(lambda: main([str(a) for a in args]))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err, err
-    return e.value.code, [line for line in err.splitlines() if line.startswith("error")], out
+    result = refused_in_process(script, args, os.getcwd())
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, [line for line in result.stderr.splitlines() if line.startswith("error")], result.stdout
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

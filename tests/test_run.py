@@ -5,8 +5,6 @@ its imports), and a randomized sequence of runs, resumes, overwrites and kills a
 from __future__ import annotations
 
 import collections
-import contextlib
-import io
 import json
 import os
 import random
@@ -21,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import drive
+from conftest import drive, refused_in_process
 from tqdm import tqdm
 
 import train_policy
@@ -365,20 +363,9 @@ def test_a_tracker_write_that_fails_after_the_loop_stops_every_process_at_the_mo
 
 # ------------------------------------------------------------------------------------------------ the scripts
 def script(name, *argv, cwd=ROOT):
-    """``python NAME ARGV`` in ``cwd`` as `run_main(main)` in this process (the scripts' own last line) -> its exit status
-    and output. For runs that are refused before any model loads, where a new interpreter would add only its imports."""
-    main = {"train_reward.py": train_reward.main, "train_policy.py": train_policy.main}[name]
-    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
-    code = 0
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run_main(lambda: main([str(a) for a in argv]))
-    except SystemExit as e:
-        code = e.code
-    finally:
-        os.chdir(here)
-    return subprocess.CompletedProcess([name, *argv], code, out.getvalue(), err.getvalue())
+    """``python NAME ARGV`` in ``cwd`` in this process (conftest's `refused_in_process`) -> its exit status and output.
+    For runs that are refused before any model loads, where a new interpreter would add only its imports."""
+    return refused_in_process(name, argv, cwd)
 
 
 def refused(proc, match):

@@ -2,22 +2,18 @@
 both ends in one line before anything is written (in this process, and one case in a real process)."""
 
 import contextlib
-import importlib
-import io
 import json
 import math
 import os
 import random
 import subprocess
 import sys
-import traceback
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import in_process
+from conftest import in_process, refused_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,38 +93,6 @@ def run_cases(script, cases, workdir, env_extra=None):
     codes = json.loads((workdir / "codes.json").read_text())
     return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
             for i, ((argv, *_), code) in enumerate(zip(spec["cases"], codes))]
-
-
-def refused_in_process(script, argv, cwd):
-    """``python SCRIPT ARGV`` (or ``python -m MODULE ARGV`` when ``script`` is a package module's name) for a bad input
-    that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
-    with sys.argv as the interpreter sets it, in the working directory ``cwd`` -> a CompletedProcess as `run` gives,
-    its stderr with the warnings a new interpreter would print there (pytest would otherwise keep them). A process of
-    its own would only add imports: torch's, and transformers' again in each case that reads a model."""
-    from lm_human_preference_details.errors import run_main
-
-    module = importlib.import_module(Path(script).stem if str(script).endswith(".py") else script)
-    out, err, here, sys_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
-    os.chdir(cwd)
-    sys.argv = [module.__file__, *map(str, argv)]  # the name tyro's messages give the command (`run X --help`)
-    try:
-        with warnings.catch_warnings(record=True) as shown, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
-            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
-                warnings.simplefilter("ignore", category)
-            code = 0
-            try:
-                run_main(lambda: module.main(sys.argv[1:]))
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (e.code is not None)
-            except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
-                traceback.print_exc()
-                code = 1
-    finally:
-        os.chdir(here)
-        sys.argv = sys_argv
-    stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
-    return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
 
 
 def metrics(run_dir):
