@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import refused_in_process
 from label_helpers import (
     RESPONSE_LENGTH,
     call,
     journal_items,
     label_command,
-    label_env,
     read_labels,
     start_server,
     tiny_offline_cache,
@@ -333,10 +333,10 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
     assert journal_items(out) == items
 
 
-def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, tmp_path_factory):
-    """Each case as `python -m lm_human_preference_details.label`, forks of one interpreter (test_smoke.run_cases)."""
-    from test_smoke import run_cases
-
+def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, monkeypatch):
+    """Each case as `python -m lm_human_preference_details.label` would end it, in this process
+    (conftest.refused_in_process, with the cache LMHP_CACHE gives a process); test_label_promises runs a real one."""
+    monkeypatch.setattr(files, "CACHE_DIR", cache)
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -349,9 +349,8 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, tmp_path_fact
         (["--num-queries", "0"], "--num-queries"),
     ]
     try:
-        results = run_cases("lm_human_preference_details.label", [
-            (label_command(tmp_path / "new.json", *extra)[3:], {}, tmp_path) for extra, _ in cases],
-            tmp_path_factory.mktemp("forked"), label_env(cache))
+        results = [refused_in_process("lm_human_preference_details.label",
+                                      label_command(tmp_path / "new.json", *extra)[3:], tmp_path) for extra, _ in cases]
         for (_, message), result in zip(cases, results):
             assert result.returncode == 2, result.stderr
             assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
