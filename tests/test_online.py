@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import drive
+from conftest import drive, in_process
 
 from lm_human_preference_details import offline
 from lm_human_preference_details.checkpoint import list_checkpoints
@@ -215,7 +215,7 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
     """The small run killed at every point of KILLS in turn (the first run fresh, each next one --resume from what the
     last kill left), then resumed to its end -> (its directory, {kill point: what_is_left after it}). One chain, not a
     fresh run per case: each kill still leaves the state its case names, and one resume to the end serves all three.
-    Seconds: five runs, each a model load and what it redoes after its last checkpoint."""
+    Seconds: five runs (the last in this process), each a model load and what it redoes after its last checkpoint."""
     run_dir = tmp_path_factory.mktemp("killed") / "run"
     env = environment(offline_cache)
     left = {}
@@ -223,9 +223,10 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
         killed_at(run_dir, env, at, resume=i > 0)
         left[at] = what_is_left(run_dir)
     assert not (run_dir / "summary.json").exists()  # killed before its end, every time
-    result = subprocess.run(policy_command(run_dir, "--resume"), capture_output=True, text=True, env=env,
-                            cwd=run_dir.parent, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # the last resume runs to the end in this process (conftest.in_process: the same run bit for bit on one thread,
+    # without a new interpreter's imports); the killed runs and the uninterrupted one are real processes
+    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=run_dir.parent,
+               env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
     return run_dir, left
 
 
