@@ -47,10 +47,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # them out by their count of tests, and the few-test slow files would come last, with one worker idle).
 SHARED_GROUPS = {"test_resume_hardware.py": "test_ranks.py"}  # both read `exact_policy_runs` (two launches, ~30 s)
 # the files with the longest runs start first, so that the two workers end together (longest first by their seconds in
-# an idle suite on the 2-core VM, 2026-11-25: 68, 63, 55 with test_resume_hardware, 51, 46, 42, 41, 38, 36, 26, 25, 22)
-SLOW_FIRST = ["test_online.py", "test_smoke.py", "test_ranks.py", "test_offline.py", "test_cluster_stops.py",
-              "test_bench_offline.py", "test_torchrun_failures.py", "test_checkpoint.py", "test_online_page.py",
-              "test_cache_builds.py", "test_cluster_runs.py", "test_run.py"]
+# an idle suite on the 2-core VM, 2026-11-25: 74, 67, 50 with test_resume_hardware, 49, 40, 38, 38, 35, 35, 25, 20, 16,
+# 15, 14, 10, 10, 9, 9; the files after them take under 6 s each)
+SLOW_FIRST = ["test_online.py", "test_offline.py", "test_ranks.py", "test_cluster_stops.py", "test_bench_offline.py",
+              "test_smoke.py", "test_checkpoint.py", "test_torchrun_failures.py", "test_online_page.py",
+              "test_cache_builds.py", "test_run.py", "test_label_page.py", "test_cluster_runs.py", "test_sample.py",
+              "test_compare.py", "test_nothing_lost.py", "test_label.py", "test_bad_input.py"]
 
 
 @pytest.hookimpl(tryfirst=True)
