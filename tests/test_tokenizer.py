@@ -32,3 +32,14 @@ def test_encode_plain_reads_special_token_strings_as_text(tokenizer):
     assert encode_plain(tokenizer, []) == []
     with pytest.raises(UserError, match="encodes to 13 tokens"):
         single_token(tokenizer, "a <|endoftext|> b [PAD]", "start_text")
+
+
+def test_a_tokenizer_that_pads_with_a_real_token_is_refused(tmp_path):
+    # OAI encodings.py pads outside the vocabulary: a saved tokenizer whose pad token is '!' (id 0) would mask real text
+    from lm_human_preference_details.tokenizer import gpt2_tokenizer
+
+    saved = gpt2_tokenizer()
+    saved.pad_token = "!"
+    saved.save_pretrained(tmp_path / "tok")
+    with pytest.raises(UserError, match=r"pads with id 0, a real token"):
+        load_tokenizer(str(tmp_path / "tok"))
