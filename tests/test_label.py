@@ -333,6 +333,13 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
     assert journal_items(out) == items
 
 
+def test_an_empty_output_is_one_line():
+    args = label.build_args("offline")
+    args.output = "  "
+    with pytest.raises(UserError, match="--output is empty; pass the path of the label file to write"):
+        args.finalize()
+
+
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, monkeypatch):
     """Each case as `python -m lm_human_preference_details.label` would end it, in this process
     (conftest.refused_in_process, with the cache LMHP_CACHE gives a process); test_label_promises runs a real one."""

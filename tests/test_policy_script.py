@@ -68,6 +68,16 @@ def test_finalize_rejects_bad_sizes():
         args.finalize()
 
 
+def test_a_penalty_that_is_not_a_finite_score_is_one_line():
+    from lm_human_preference_details.tasks import check_task
+
+    for value in (math.nan, math.inf):
+        args = train_policy.build_args("sentiment")
+        args.task.penalty_reward_value = value
+        with pytest.raises(UserError, match=rf"--task.penalty-reward-value is {value}; pass a finite score"):
+            check_task(args.task)
+
+
 def test_minibatches_keep_each_rank_together():
     args = train_policy.build_args("sentiment")
     args.ppo.batch_size, args.ppo.nminibatches, args.num_ranks = 32, 2, 2
