@@ -181,34 +181,35 @@ def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tu
         return one(), started.result()
 
 
-def in_process(script: str | Path, *args, env_extra: dict | None = None,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
-    for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
-    transformers' imports. For the 1-process twin of a torchrun pair, and for a script whose command line another
-    test runs for real; the pair's own processes stay real. ``env_extra`` and ``cwd``: the variables and the working
-    directory the run sees (this process's, given back after it); $LMHP_CACHE also sets `files.CACHE_DIR`, which a
-    fresh process reads from it at import. -> its stdout and stderr as `launch` gives them; it must succeed."""
-    from lm_human_preference_details import files
-
+def script_main(script: str | Path) -> Callable:
+    """The ``main`` that ``python SCRIPT`` (a path under the repository, benchmarks/ too) or ``python -m MODULE`` runs."""
+    if not str(script).endswith(".py"):
+        return importlib.import_module(str(script)).main
     path = ROOT / script
     sys.path.insert(0, str(path.parent))  # where `python SCRIPT` finds it and its imports (benchmarks/ for a benchmark)
     try:
-        main = importlib.import_module(path.stem).main
+        return importlib.import_module(path.stem).main
     finally:
         sys.path.remove(str(path.parent))
-    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def as_a_new_process(env_extra: dict | None, cwd: Path | None) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """What a fresh interpreter started with ``env_extra`` in ``cwd`` would see, in this process, given back after:
+    the variables, the working directory, and `files.CACHE_DIR`, which a fresh process reads from $LMHP_CACHE at import
+    -> (its stdout, its stderr) as they are redirected."""
+    from lm_human_preference_details import files
+
     env = {name: str(value) for name, value in (env_extra or {}).items()}
     saved_env, saved_cache, saved_cwd = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
-    torch.set_num_threads(1)
+    out, err = io.StringIO(), io.StringIO()
     try:
         os.environ.update(env)
         files.CACHE_DIR = Path(env["LMHP_CACHE"]) if "LMHP_CACHE" in env else files.CACHE_DIR
         os.chdir(cwd or saved_cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main([str(a) for a in args])
+            yield out, err
     finally:
-        torch.set_num_threads(threads)
         for name, value in saved_env.items():
             if value is None:
                 del os.environ[name]
@@ -216,6 +217,38 @@ def in_process(script: str | Path, *args, env_extra: dict | None = None,
                 os.environ[name] = value
         files.CACHE_DIR = saved_cache
         os.chdir(saved_cwd)
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """torch on one CPU thread (as OMP_NUM_THREADS=1 gives a new process), the count before given back after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """A test file's runs in this process on one thread, as its subprocesses (OMP_NUM_THREADS=1): a second thread only
+    spins while the suite's other worker holds the other core, and runs compared bit for bit share a count. A file
+    takes it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    with single_thread():
+        yield
+
+
+def in_process(script: str | Path, *args, env_extra: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
+    for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
+    transformers' imports. For the 1-process twin of a torchrun pair, and for a script whose command line another
+    test runs for real; the pair's own processes stay real. ``env_extra`` and ``cwd``: the variables and the working
+    directory the run sees (`as_a_new_process`). -> its stdout and stderr as `launch` gives them; it must succeed."""
+    main = script_main(script)
+    with single_thread(), as_a_new_process(env_extra, cwd) as (out, err):
+        main([str(a) for a in args])
     return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
 
 
@@ -237,33 +270,31 @@ def eager_and_compiled():
     return run
 
 
-def refused_in_process(script, argv, cwd):
+def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
     """``python SCRIPT ARGV`` (or ``python -m MODULE ARGV`` when ``script`` is a package module's name) for a bad input
     that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
-    with sys.argv as the interpreter sets it, in the working directory ``cwd`` -> a CompletedProcess as `run` gives,
-    its stderr with the warnings a new interpreter would print there (pytest would otherwise keep them). A process of
-    its own would only add imports: torch's, and transformers' again in each case that reads a model."""
+    with sys.argv as the interpreter sets it, in the working directory ``cwd`` with ``env_extra`` (`as_a_new_process`)
+    -> a CompletedProcess as `run` gives, its stderr with the warnings a new interpreter would print there (pytest would
+    otherwise keep them). A process of its own would only add imports: torch's, and transformers' again in each case
+    that reads a model."""
     from lm_human_preference_details.errors import run_main
 
-    module = importlib.import_module(Path(script).stem if str(script).endswith(".py") else script)
-    out, err, here, sys_argv = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
-    os.chdir(cwd)
-    sys.argv = [module.__file__, *map(str, argv)]  # the name tyro's messages give the command (`run X --help`)
+    main, sys_argv = script_main(script), sys.argv
+    sys.argv = [sys.modules[main.__module__].__file__, *map(str, argv)]  # the name tyro's messages give the command
     try:
-        with warnings.catch_warnings(record=True) as shown, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with as_a_new_process(env_extra, cwd) as (out, err), warnings.catch_warnings(record=True) as shown:
             warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
             for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
                 warnings.simplefilter("ignore", category)
             code = 0
             try:
-                run_main(lambda: module.main(sys.argv[1:]))
+                run_main(lambda: main(sys.argv[1:]))
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (e.code is not None)
             except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
                 traceback.print_exc()
                 code = 1
     finally:
-        os.chdir(here)
         sys.argv = sys_argv
     stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
     return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)

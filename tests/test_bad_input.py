@@ -255,15 +255,12 @@ REWARD_CASES = {
 def reward_results(assets, bad_files, tmp_path_factory):
     from conftest import refused_in_process
 
-    from lm_human_preference_details import files
-
     work = tmp_path_factory.mktemp("reward-bad-input")
     (work / "cwd").mkdir()
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(files, "CACHE_DIR", work / "cache")  # what $LMHP_CACHE sets when the package is imported
-        return work, {key: refused_in_process("train_reward.py", reward_args(assets, work / "out" / key)
-                                              + [str(a).format(f=bad_files) for a in change], work / "cwd")
-                      for key, (change, _) in REWARD_CASES.items()}
+    return work, {key: refused_in_process("train_reward.py", reward_args(assets, work / "out" / key)
+                                          + [str(a).format(f=bad_files) for a in change], work / "cwd",
+                                          {"LMHP_CACHE": work / "cache"})
+                  for key, (change, _) in REWARD_CASES.items()}
 
 
 @pytest.mark.parametrize("key", REWARD_CASES)

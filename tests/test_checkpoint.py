@@ -297,14 +297,10 @@ TINY_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.tru
 UPDATES = 6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Every run of this file on one CPU thread, in this process and in the subprocesses (`_env`): on two, these tiny
-    runs spent ~40% more CPU time (OpenMP's threads waiting for work), and runs compared bit for bit share a count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Every run of this file on one CPU thread, in this process (conftest.one_thread) and in the subprocesses (`_env`): on
+# two, these tiny runs spent ~40% more CPU time (OpenMP's threads waiting for work), and runs compared bit for bit share
+# a count.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _env():

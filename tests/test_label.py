@@ -340,10 +340,9 @@ def test_an_empty_output_is_one_line():
         args.finalize()
 
 
-def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, monkeypatch):
+def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
     """Each case as `python -m lm_human_preference_details.label` would end it, in this process
-    (conftest.refused_in_process, with the cache LMHP_CACHE gives a process); test_label_promises runs a real one."""
-    monkeypatch.setattr(files, "CACHE_DIR", cache)
+    (conftest.refused_in_process, with the label tool's cache); test_label_promises runs a real one."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -356,8 +355,8 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, monkeypatch):
         (["--num-queries", "0"], "--num-queries"),
     ]
     try:
-        results = [refused_in_process("lm_human_preference_details.label",
-                                      label_command(tmp_path / "new.json", *extra)[3:], tmp_path) for extra, _ in cases]
+        results = [refused_in_process("lm_human_preference_details.label", label_command(tmp_path / "new.json",
+                                      *extra)[3:], tmp_path, {"LMHP_CACHE": cache}) for extra, _ in cases]
         for (_, message), result in zip(cases, results):
             assert result.returncode == 2, result.stderr
             assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")

@@ -100,14 +100,13 @@ def test_a_label_file_replaced_during_a_session_is_left_alone_and_the_choice_not
     assert out.read_text() == "mine" and journal_path(out).read_bytes() == journal
 
 
-def test_output_paths_that_cannot_be_ours_are_one_line(cache, tmp_path, monkeypatch):
+def test_output_paths_that_cannot_be_ours_are_one_line(cache, tmp_path):
     """The last case is a real `python -m lm_human_preference_details.label` (the line and status as a user gets them);
     the three output paths are refused in this process (conftest.refused_in_process), where a new interpreter would
     only add its imports, with the same cache."""
     (tmp_path / "link.json").symlink_to("nowhere")  # a dangling link of the user's
     (tmp_path / "mine.txt").write_text("mine")
     before = snapshot(tmp_path)
-    monkeypatch.setattr(files, "CACHE_DIR", cache)  # what LMHP_CACHE gives a new process (label_env)
     cases = [("link.json", [], "is a symbolic link"), ("newdir/", [], "names a directory"),
              (".", [], "names a directory"),
              # the tests' 799-line queries.txt gives 400 usable queries: more would repeat them
@@ -116,7 +115,7 @@ def test_output_paths_that_cannot_be_ours_are_one_line(cache, tmp_path, monkeypa
         command = label_command(tmp_path / "x", *extra)
         command[command.index("--output") + 1] = output
         if i < len(cases) - 1:
-            result = refused_in_process(command[2], command[3:], tmp_path)  # [python, -m, MODULE, ARGS...]
+            result = refused_in_process(command[2], command[3:], tmp_path, {"LMHP_CACHE": cache})  # [python, -m, M, ...]
         else:
             result = subprocess.run(command, cwd=tmp_path, env=label_env(cache), capture_output=True, text=True,
                                     timeout=600)

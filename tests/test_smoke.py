@@ -25,13 +25,7 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabl
        "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """This file's runs and sampling in this process on one thread, as its subprocesses (ENV)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # this file's runs and sampling in this process, as ENV's
 
 
 def run(script, *args, cwd=ROOT, env_extra=None):
@@ -286,20 +280,17 @@ def hub_unreachable():
 def reward_bad_runs(assets, bad_inputs, tmp_path_factory):
     """Every reward case in this process (`refused_in_process`, each its own output directory), in one working
     directory, with the downloads cache in the work directory; the no-network case as `hub_unreachable` sets it."""
-    from lm_human_preference_details import files
-
     work = tmp_path_factory.mktemp("reward-bad")
     (work / "cwd").mkdir()
     cases = _runnable(REWARD_CASES)
     offline = cases.pop("no-network")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(files, "CACHE_DIR", work / "cache")  # what $LMHP_CACHE sets when the package is imported
-        results = {key: refused_in_process("train_reward.py", reward_args(assets, work / key)
-                                           + _fill(change, assets, bad_inputs), work / "cwd")
-                   for key, change in cases.items()}
-        with hub_unreachable():
-            results["no-network"] = refused_in_process("train_reward.py", reward_args(assets, work / "no-network")
-                                                       + offline, work / "cwd")
+    cache = {"LMHP_CACHE": work / "cache"}
+    results = {key: refused_in_process("train_reward.py", reward_args(assets, work / key)
+                                       + _fill(change, assets, bad_inputs), work / "cwd", cache)
+               for key, change in cases.items()}
+    with hub_unreachable():
+        results["no-network"] = refused_in_process("train_reward.py", reward_args(assets, work / "no-network")
+                                                   + offline, work / "cwd", cache)
     return work, results
 
 
