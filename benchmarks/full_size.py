@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for name in ("updates", "save_interval", "kill_after", "exact_updates", "rows", "labels"):
+        if getattr(args, name) < 1:  # before any asset is built or run started
+            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     out = Path(args.out)
     if (out / "A").exists():
         sys.exit(f"error: {out} already holds runs; pass a new --out (the assets of an old one can be copied in)")

@@ -46,3 +46,11 @@ def test_the_runs_are_the_sentiment_preset_with_the_built_assets(tmp_path):
     assert flags["--base-model"] == str(paths["model"]) and flags["--task.query-dataset"] == str(paths["queries"])
     assert flags["--rewards.train-new-model.labels.source"] == str(paths["labels"])
     assert "--num-ranks" not in flags  # the preset's 8 emulated ranks
+
+
+@pytest.mark.parametrize("flag", ["--updates", "--save-interval", "--kill-after", "--exact-updates", "--rows", "--labels"])
+def test_a_size_below_1_is_one_line_before_anything_is_written(flag, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        full_size.main(["--out", str(tmp_path / "out"), flag, "0"])
+    assert e.value.code == f"error: {flag} must be at least 1, got 0"
+    assert not (tmp_path / "out").exists()
