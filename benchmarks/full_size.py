@@ -213,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:  # before any asset is built or run started
             sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     out = Path(args.out)
-    if (out / "A").exists():
-        sys.exit(f"error: {out} already holds runs; pass a new --out (the assets of an old one can be copied in)")
+    ours = [name for run in "ABC" for name in (run, f"{run}.log", f"{run}.peak.json")] + ["report.md"]
+    if any((out / name).exists() or (out / name).is_symlink() for name in ours):  # never replace or append to them
+        sys.exit(f"error: {out} already holds runs or a report; pass a new --out (the assets of an old one can be "
+                 "copied in)")
     t = time.time()
     paths = build_assets(out / "assets", args.rows, args.labels, args.small)
     print(f"assets in {out / 'assets'} ({time.time() - t:.1f} s)", flush=True)

@@ -54,3 +54,14 @@ def test_a_size_below_1_is_one_line_before_anything_is_written(flag, tmp_path, c
         full_size.main(["--out", str(tmp_path / "out"), flag, "0"])
     assert e.value.code == f"error: {flag} must be at least 1, got 0"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["A", "report.md", "B.log"])
+def test_an_out_that_holds_a_run_or_a_report_is_refused_untouched(name, tmp_path):
+    out = tmp_path / "out"
+    (out / name).parent.mkdir(parents=True)
+    (out / name).write_text("mine")
+    with pytest.raises(SystemExit) as e:
+        full_size.main(["--out", str(out)])
+    assert str(e.value.code).startswith(f"error: {out} already holds runs or a report")
+    assert sorted(p.name for p in out.iterdir()) == [name] and (out / name).read_text() == "mine"
