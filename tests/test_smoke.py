@@ -34,61 +34,6 @@ def run(script, *args, cwd=ROOT, env_extra=None):
                           cwd=cwd, env=env, timeout=600)
 
 
-# Imports the script once, then forks one child per case that runs it as __main__ with that case's argv (in that case's
-# working directory, if it names one): exit status, stdout and stderr are those of `python SCRIPT ARGS` (or of
-# `python -m MODULE ARGS` when the script is a module's name), without paying torch's import (~5 s) for every case.
-FORK_RUNNER = r"""
-import json, os, runpy, sys, traceback
-spec = json.loads(sys.argv[1])
-__import__(spec["module"])
-codes = []
-for i, (argv, env, cwd) in enumerate(spec["cases"]):
-    pid = os.fork()
-    if pid == 0:
-        os.environ.update(env)
-        for fd, name in ((1, "out"), (2, "err")):
-            os.dup2(os.open(f"{spec['dir']}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        if cwd:
-            os.chdir(cwd)
-        sys.argv, code = [spec["script"], *argv], 0
-        try:
-            if spec["script"].endswith(".py"):
-                runpy.run_path(spec["script"], run_name="__main__")
-            else:
-                runpy.run_module(spec["script"], run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (e.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-with open(f"{spec['dir']}/codes.json", "w") as f:
-    json.dump(codes, f)
-"""
-
-
-def run_cases(script, cases, workdir, env_extra=None):
-    """Run ``script`` (a script's path, or a package module's name as for `python -m`) once per (argv, env) or (argv,
-    env, cwd) in ``cases``, in the empty working directory workdir/cwd or the case's cwd -> a CompletedProcess each, as
-    `run` gives (see FORK_RUNNER)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "cwd").mkdir(exist_ok=True)
-    is_script = str(script).endswith(".py")
-    spec = {"module": Path(script).stem if is_script else "lm_human_preference_details.model",  # not the module: runpy
-            "script": str(ROOT / script) if is_script else script, "dir": str(workdir),  # warns when it is imported
-            "cases": [([str(a) for a in argv], env, str(cwd[0]) if cwd else None) for argv, env, *cwd in cases]}
-    env = {**os.environ, **ENV, **(env_extra or {})}
-    runner = subprocess.run([sys.executable, "-c", FORK_RUNNER, json.dumps(spec)], capture_output=True, text=True,
-                            cwd=workdir / "cwd", env=env, timeout=600)
-    assert runner.returncode == 0, runner.stderr[-3000:]
-    codes = json.loads((workdir / "codes.json").read_text())
-    return [subprocess.CompletedProcess(argv, code, (workdir / f"{i}.out").read_text(), (workdir / f"{i}.err").read_text())
-            for i, ((argv, *_), code) in enumerate(zip(spec["cases"], codes))]
-
-
 def metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
