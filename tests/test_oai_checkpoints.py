@@ -59,6 +59,22 @@ def test_reader_lists_what_tensorflow_lists(kind):
     assert ckpt.read("reward_model/model/h1/attn/c_attn/w").shape == (1, 8, 24)
 
 
+def test_a_big_endian_checkpoint_is_one_line(monkeypatch):
+    """The index's header (BundleHeaderProto field 2, endianness: 0 little, 1 big) says how the data files are laid out;
+    our reader decodes little-endian only, so a big-endian checkpoint is refused, never read as wrong numbers."""
+    prefix = oc.latest_checkpoint(FIXTURE / "policy")
+    real = oc.read_table
+
+    def big_endian(data: bytes) -> dict:
+        table = real(data)
+        assert oc.proto_fields(table[b""]).get(2, [0]) == [0]  # the fixture's, written on x86: little-endian
+        return {**table, b"": bytes([0x08, 0x01, 0x10, 0x01])}  # num_shards 1, endianness 1
+
+    monkeypatch.setattr(oc, "read_table", big_endian)
+    with pytest.raises(UserError, match=r"is big-endian; only little-endian checkpoints are supported"):
+        oc.TFCheckpoint(prefix)
+
+
 def test_latest_checkpoint_follows_the_checkpoint_file():
     assert oc.latest_checkpoint(FIXTURE / "policy") == FIXTURE / "policy" / "checkpoints" / EXPECTED["policy"]["checkpoint"]
     prefix = FIXTURE / "reward_model" / "checkpoints" / "model.ckpt"

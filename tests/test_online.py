@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labellers import AnswersAtOnce
 from lm_human_preference_details.labels import load_best_of_n_labels
 from lm_human_preference_details.online import Schedule
+from lm_human_preference_details.run_dir import LOCK, MARKER, clear_run
+from lm_human_preference_details.run_kinds import RUN_KINDS
 from lm_human_preference_details.tokenizer import gpt2_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +168,16 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
         assert rows[k]["online/retraining/labels"] == num_train
         assert 0 <= rows[k]["online/retraining/heldout_accuracy"] <= 1 and rows[k]["online/retraining/loss"] > 0
     assert json.loads((online_run / "summary.json").read_text())["trained/kl"] > 0
+
+
+def test_overwrite_deletes_all_that_an_online_run_wrote(online_run, tmp_path):
+    """--overwrite deletes only the entries runs write (run_kinds.RUN_ENTRIES): an online run's online/ (its journal
+    and reward trainings) is one, so a run started again over it begins with no labels of the last one."""
+    copy = tmp_path / "run"
+    shutil.copytree(online_run, copy, symlinks=True)
+    assert (copy / "online" / "labels.json").is_file()
+    clear_run(copy, RUN_KINDS["policy"].entries)
+    assert sorted(p.name for p in copy.iterdir()) == sorted({MARKER} | ({LOCK} & set(os.listdir(online_run))))
 
 
 # Where each case kills the run (SIGKILL) before it is resumed, as events of the run's hook (conftest.drive); "A | B":

@@ -31,7 +31,7 @@ from lm_human_preference_details.files import atomic_path, remove_leftovers
 from lm_human_preference_details.ranks import Ranks
 from lm_human_preference_details.run import Run
 from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
-from lm_human_preference_details.signals import Stopped, StopSignals
+from lm_human_preference_details.signals import Stopped, StopSignals, agree_after_update
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -278,6 +278,35 @@ def test_once_the_processes_agreed_to_stop_a_late_signal_changes_nothing(monkeyp
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+class TwoProcesses:
+    """`Ranks` as `agree_after_update` sees it on one of two processes: the other's flags arrive in the sum."""
+
+    def __init__(self, others: list[float]):
+        self.others, self.agreed = torch.tensor(others), []
+
+    def sum(self, flags: torch.Tensor) -> torch.Tensor:
+        return flags + self.others
+
+    def agree_on(self, error):
+        self.agreed.append(error)
+
+
+def test_processes_that_received_different_signals_agree_on_one_and_on_a_failure():
+    """Each process learns which stop signals reached any (flags in STOP_SIGNALS' order: SIGTERM, SIGINT, SIGUSR1, then
+    "process 0's writer failed"); all take the first of those received, so every process says and exits alike."""
+    here = StopSignals()
+    here.signum = signal.SIGUSR1  # Slurm's warning here, docker stop's SIGTERM on the other process
+    ranks = TwoProcesses([1.0, 0.0, 0.0, 0.0])
+    assert agree_after_update(ranks, here, None) and here.signum == signal.SIGTERM and ranks.agreed == []
+    other = StopSignals()
+    other.signum = signal.SIGTERM  # the other side of the same job: it keeps SIGTERM
+    assert agree_after_update(TwoProcesses([0.0, 0.0, 1.0, 0.0]), other, None) and other.signum == signal.SIGTERM
+    quiet = StopSignals()
+    assert not agree_after_update(TwoProcesses([0.0] * 4), quiet, None) and quiet.signum is None
+    failed = TwoProcesses([0.0, 0.0, 0.0, 1.0])  # process 0's checkpoint writer failed; this process saw no error
+    assert not agree_after_update(failed, quiet, None) and failed.agreed == [None]
 
 
 def test_two_interrupts_during_one_long_operation_stop_at_once():
