@@ -236,6 +236,7 @@ REWARD_CASES = {
     "misspelt-flag": (["--lrr", "1"], "perhaps you meant --lr"),
     "lr-not-a-number": (["--lr", "abc"], "cannot parse --lr: could not convert string to float: 'abc'"),
     "missing-value": (["--lr"], "--lr is missing its value"),
+    "task-missing-value": (["--task"], "--task is missing its value; pass one of"),
     "value-after-a-switch": (["--track", "yes"], "yes (after --track, which takes no value)"),
     "truncate-token-not-a-number": (["--task.truncate-token", "abc"], "cannot parse --task.truncate-token: expected"),
     "lr-negative": (["--lr", "-1"], "--lr is -1.0"),
@@ -247,6 +248,8 @@ REWARD_CASES = {
     "parquet-without-text": (["--task.query-dataset", "{f}/no-text.parquet"], "has no column 'text' (columns: body)"),
     "query-file-without-texts": (["--task.query-dataset", "{f}/empty.txt"], "holds no texts"),
     "label-query-all-pads": (["--labels.source", "{f}/pad-query.json"], "record 3: field 'query' starts with the pad 50259"),
+    "labels-best-of-1": (["--labels.type", "best_of_1"], "labels.type 'best_of_1' is not supported; use best_of_N, N >= 2"),
+    "labels-not-best-of": (["--labels.type", "pairwise"], "labels.type 'pairwise' is not supported"),
     "too-few-labels": (["--labels.source", "{f}/few-labels.json"], "holds 32 labels but --labels.num-train is 64"),
 }
 

@@ -340,6 +340,14 @@ def test_an_empty_output_is_one_line():
         args.finalize()
 
 
+@pytest.mark.parametrize("port", [-1, 65536])
+def test_a_port_outside_0_to_65535_is_one_line(port):
+    args = label.build_args("offline")
+    args.port = port
+    with pytest.raises(UserError, match=f"--port {port} is not a TCP port; pass 1..65535, or 0 for any free port"):
+        args.finalize()
+
+
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
     """Each case as `python -m lm_human_preference_details.label` would end it, in this process
     (conftest.refused_in_process, with the label tool's cache); test_label_promises runs a real one."""

@@ -34,6 +34,17 @@ def test_encode_plain_reads_special_token_strings_as_text(tokenizer):
         single_token(tokenizer, "a <|endoftext|> b [PAD]", "start_text")
 
 
+def test_a_tokenizer_that_pads_with_eos_gets_its_own_pad_after_the_vocabulary(tmp_path):
+    # a GPT-2 directory saved with pad_token = eos_token (a common recipe) would mask every <|endoftext|>: [PAD] is added
+    from lm_human_preference_details.tokenizer import gpt2_tokenizer
+
+    saved = gpt2_tokenizer()
+    saved.pad_token = saved.eos_token
+    saved.save_pretrained(tmp_path / "tok")
+    loaded = load_tokenizer(str(tmp_path / "tok"))
+    assert (loaded.pad_token, loaded.pad_token_id, loaded.eos_token_id) == ("[PAD]", 50257, 50256)
+
+
 def test_a_tokenizer_that_pads_with_a_real_token_is_refused(tmp_path):
     # OAI encodings.py pads outside the vocabulary: a saved tokenizer whose pad token is '!' (id 0) would mask real text
     from lm_human_preference_details.tokenizer import gpt2_tokenizer
