@@ -34,12 +34,14 @@ def test_encode_plain_reads_special_token_strings_as_text(tokenizer):
         single_token(tokenizer, "a <|endoftext|> b [PAD]", "start_text")
 
 
-def test_a_tokenizer_that_pads_with_eos_gets_its_own_pad_after_the_vocabulary(tmp_path):
-    # a GPT-2 directory saved with pad_token = eos_token (a common recipe) would mask every <|endoftext|>: [PAD] is added
+@pytest.mark.parametrize("pad", ["none", "eos"])
+def test_a_tokenizer_without_its_own_pad_gets_one_after_the_vocabulary(tmp_path, pad):
+    """The Hub's gpt2 has no pad token, and a common recipe saves pad_token = eos_token (which would mask every
+    <|endoftext|>): either way [PAD] is added, id 50257 (OAI encodings.py pads outside the vocabulary)."""
     from lm_human_preference_details.tokenizer import gpt2_tokenizer
 
     saved = gpt2_tokenizer()
-    saved.pad_token = saved.eos_token
+    saved.pad_token = None if pad == "none" else saved.eos_token
     saved.save_pretrained(tmp_path / "tok")
     loaded = load_tokenizer(str(tmp_path / "tok"))
     assert (loaded.pad_token, loaded.pad_token_id, loaded.eos_token_id) == ("[PAD]", 50257, 50256)
