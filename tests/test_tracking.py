@@ -22,10 +22,16 @@ def test_keep_rows_before_drops_later_and_cut_rows(tmp_path):
 def test_a_resumed_tracker_shows_each_step_once(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    first = _tracker(tmp_path)
-    for step in range(5):  # killed after step 4, its last checkpoint after step 2 (3 updates done)
-        first.log({"loss": float(step)}, step)
-    first.close()
+    real_time = time.time
+    # TensorBoard reads a directory's event files in name order, events.out.tfevents.SECOND.HOST.PID.N: the killed run
+    # wrote its file long before the resume did (another process, minutes later). Two files of this one process within
+    # one second would sort by N, where ".10" comes before ".9": the killed run's file is made a minute earlier.
+    with pytest.MonkeyPatch.context() as earlier:
+        earlier.setattr(time, "time", lambda: real_time() - 60)
+        first = _tracker(tmp_path)
+        for step in range(5):  # killed after step 4, its last checkpoint after step 2 (3 updates done)
+            first.log({"loss": float(step)}, step)
+        first.close()
     resumed = _tracker(tmp_path, resume_step=3)
     for step in range(3, 6):
         resumed.log({"loss": 10.0 + step}, step)
