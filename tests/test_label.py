@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -333,18 +334,15 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
     assert journal_items(out) == items
 
 
-def test_an_empty_output_is_one_line():
+@pytest.mark.parametrize("field, value, message", [
+    ("output", "  ", "--output is empty; pass the path of the label file to write"),
+    ("port", -1, "--port -1 is not a TCP port; pass 1..65535, or 0 for any free port"),
+    ("port", 65536, "--port 65536 is not a TCP port; pass 1..65535, or 0 for any free port"),
+], ids=["empty-output", "port-minus-1", "port-65536"])
+def test_an_empty_output_or_a_port_outside_0_to_65535_is_one_line(field, value, message):
     args = label.build_args("offline")
-    args.output = "  "
-    with pytest.raises(UserError, match="--output is empty; pass the path of the label file to write"):
-        args.finalize()
-
-
-@pytest.mark.parametrize("port", [-1, 65536])
-def test_a_port_outside_0_to_65535_is_one_line(port):
-    args = label.build_args("offline")
-    args.port = port
-    with pytest.raises(UserError, match=f"--port {port} is not a TCP port; pass 1..65535, or 0 for any free port"):
+    setattr(args, field, value)
+    with pytest.raises(UserError, match=re.escape(message)):
         args.finalize()
 
 

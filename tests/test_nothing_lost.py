@@ -41,7 +41,7 @@ def one_error_line(proc: subprocess.CompletedProcess, match: str, status: int = 
     return errors[0]
 
 
-def refused(capsys, script: str, *args) -> tuple[int, list[str], str]:
+def refused(script: str, *args) -> tuple[int, list[str], str]:
     """``python SCRIPT ARGS`` (a path, or a module as `-m` takes it), refused, in this process (conftest's
     `refused_in_process`: a refused command costs no new interpreter's imports) -> (exit status, the `error` lines on
     stderr, stdout); no traceback."""
@@ -139,7 +139,7 @@ def reward_argv(assets: Path, out: Path) -> list:
             "--task.response-length", 24, "--output-dir", out]
 
 
-def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path, monkeypatch):
+def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path):
     """Data loss 2: `--output-dir=~/userdir` (a tilde the shell left alone) never writes to `./~/userdir`, and a second
     run into it is refused. The first run trains in this process (conftest.in_process, with this test's HOME and
     working directory); the refused second is the file's one real `python train_reward.py`, whose HOME and working
@@ -150,10 +150,7 @@ def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writ
     (cwd / "~" / "userdir" / "config.json").write_text('{"the user": "config"}')
     before = snapshot(cwd)
     argv = [*reward_argv(assets, "x")[:-2], "--output-dir=~/userdir"]
-    with monkeypatch.context() as here:
-        here.chdir(cwd)
-        here.setenv("HOME", str(home))
-        in_process(*argv)
+    in_process(*argv, env_extra={"HOME": home}, cwd=cwd)
     assert read_marker(home / "userdir")["kind"] == "reward" and (home / "userdir" / "reward_model").is_dir()
     one_error_line(python(ROOT / argv[0], *argv[1:], cwd=cwd, env={"HOME": str(home)}), "already holds a reward run")
     assert snapshot(cwd) == before
@@ -165,7 +162,7 @@ def tiny_policy_argv(assets: Path) -> list:
 
 
 @pytest.mark.parametrize("tool", ["train_reward.py", "train_policy.py", "sample"])
-def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, capsys, tool):
+def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, tool):
     """Each command's main in this process under run_main, as its `__main__` runs it (the real command's exit status
     and one line are the tilde test's and test_sample's subprocesses)."""
     (tmp_path / "out").symlink_to(tmp_path / "gone")
@@ -176,7 +173,7 @@ def test_a_dangling_link_as_output_dir_is_one_line(assets, tmp_path, capsys, too
         argv = [tool, *tiny_policy_argv(assets), "--labels.source", assets / "labels.json"]
         if tool == "train_policy.py":
             argv[-2] = "--rewards.train-new-model.labels.source"
-    status, err, _ = refused(capsys, *argv, "--output-dir", tmp_path / "out")
+    status, err, _ = refused(*argv, "--output-dir", tmp_path / "out")
     assert status == 2 and len(err) == 1 and "is a symbolic link to" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out").is_symlink()
 
@@ -224,9 +221,9 @@ def test_sample_obeys_the_marker_and_overwrite(assets, tmp_path):
     assert (out / "notes.md").read_text() == "what I saw"
 
 
-def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path, capsys):
+def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path):
     (tmp_path / "file").write_text("a user's file")
-    status, err, out = refused(capsys, "lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2",
+    status, err, out = refused("lm_human_preference_details.sample", "--policy", assets / "tiny-gpt2",
                           "--task.query-dataset", assets / "queries.txt", "--device", "cpu", "--output-dir",
                           tmp_path / "file" / "out")
     assert status == 2 and len(err) == 1 and "lies under the file" in err[0], err
@@ -235,7 +232,7 @@ def test_sample_under_a_regular_file_is_refused_before_sampling(assets, tmp_path
 
 # ------------------------------------------------------------------------------------------------ a full disk
 @pytest.mark.parametrize("name", [MARKER, "config.json"])
-def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(assets, tmp_path, monkeypatch, capsys, name):
+def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(assets, tmp_path, monkeypatch, name):
     """The first write_text of the file ``name`` fails as on a full disk: the file is made, its bytes never arrive."""
     real = Path.write_text
 
@@ -247,7 +244,7 @@ def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(asse
 
     monkeypatch.setattr(Path, "write_text", full_at)
     out = tmp_path / "runs" / "r"
-    status, err, _ = refused(capsys, *reward_argv(assets, out))
+    status, err, _ = refused(*reward_argv(assets, out))
     assert status == 2 and len(err) == 1 and "No space left on device" in err[0], err
     assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md rule 5)
 

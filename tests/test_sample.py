@@ -94,10 +94,9 @@ def test_seed_determinism(assets, saved, tmp_path):
     assert [r["response_tokens"] for r in a] != [r["response_tokens"] for r in c]
 
 
-def test_the_draws_follow_the_seed_for_the_same_queries(assets, saved):
+def test_the_draws_follow_the_seed_for_the_same_queries(saved, tokenizer):
     """sample_policy draws with a generator of its own seeded by --seed: the same contexts give the same responses
     with one seed and others with another (test_seed_determinism changes the queries too)."""
-    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     policy, _ = policies.load_policy(str(saved["base"]), tokenizer, 1.0, torch.device("cpu"))
     contexts = torch.tensor([[15496, 995, 13], [40, 588, 340]])
     five, again, six = (sample.sample_policy(policy, contexts, 8, seed) for seed in (5, 5, 6))
