@@ -37,22 +37,20 @@ import torch
 import tyro
 
 import train_reward
-from lm_human_preference_details.checkpoint import fingerprint
-from lm_human_preference_details.cli import check_at_least, check_in_range, check_positive, expand_home
-from lm_human_preference_details.entry import run_script
-from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.finite import check_finite
-from lm_human_preference_details.gpt2 import compile_blocks
-from lm_human_preference_details.labellers import make_labeller
-from lm_human_preference_details.model import (
+from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.run_args import RunArgs
+from lm_human_preference_details.labelling.labellers import make_labeller
+from lm_human_preference_details.labelling.online import OnlineCollection, OnlineHParams, OnlineLabelFile, Schedule
+from lm_human_preference_details.language.gpt2 import compile_blocks
+from lm_human_preference_details.language.model import (
     Policy,
     RewardModel,
     check_saved_model,
     load_lm,
     load_model_dir,
 )
-from lm_human_preference_details.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
-from lm_human_preference_details.online import LabelJournal, OnlineCollection, OnlineHParams, Schedule
+from lm_human_preference_details.language.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
+from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
@@ -66,11 +64,13 @@ from lm_human_preference_details.ppo import (
     value_loss,
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
-from lm_human_preference_details.ranks import Ranks, seed_globals
-from lm_human_preference_details.run import Run
-from lm_human_preference_details.run_args import RunArgs
+from lm_human_preference_details.ranks.emulated import Ranks, seed_globals
+from lm_human_preference_details.run.checkpoint import fingerprint
+from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task
-from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
+from lm_human_preference_details.utils.checks import check_at_least, check_in_range, check_positive, expand_home
+from lm_human_preference_details.utils.errors import UserError, run_main
 
 
 @dataclass
@@ -291,7 +291,7 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
     new = args.rewards.train_new_model
     schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
                         args.online.retrainings)
-    journal = LabelJournal(Path(args.output_dir) / "online" / "labels.json")
+    journal = OnlineLabelFile(Path(args.output_dir) / "online" / "labels.json")
     # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
     sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
                                  shuffle_seed=1, labels_source=new.labels.source)

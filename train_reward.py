@@ -29,22 +29,22 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli import check_at_least, check_positive
-from lm_human_preference_details.downloads import fetch_oai
-from lm_human_preference_details.entry import run_script
-from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.finite import check_finite
-from lm_human_preference_details.gpt2 import compile_blocks
+from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.run_args import RunArgs
 from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
-from lm_human_preference_details.model import Policy, RewardModel, load_lm
+from lm_human_preference_details.language.gpt2 import compile_blocks
+from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
+from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
-from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
-from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run
-from lm_human_preference_details.run_args import RunArgs
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_labels, get_task
-from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer
+from lm_human_preference_details.utils.checks import check_at_least, check_positive
+from lm_human_preference_details.utils.downloads import fetch_oai
+from lm_human_preference_details.utils.errors import UserError, run_main
+from lm_human_preference_details.utils.progress import progress
 
 
 @dataclass

@@ -28,10 +28,10 @@ from typing import Callable
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lm_human_preference_details.checkpoint import BackgroundSaver, save_checkpoint, training_state
-from lm_human_preference_details.model import Policy, save_model_dir
-from lm_human_preference_details.offline import gpt2_tokenizer
+from lm_human_preference_details.language.model import Policy, save_model_dir
+from lm_human_preference_details.offline.task import gpt2_tokenizer
 from lm_human_preference_details.optim import TF1Adam
+from lm_human_preference_details.run.checkpoint import BackgroundSaver, save_checkpoint, training_state
 
 
 def size(path: Path) -> int:

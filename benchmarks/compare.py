@@ -46,10 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the package sits at the repository root
 
-from lm_human_preference_details.cli import check_utf8_path, expand_home  # noqa: E402
-from lm_human_preference_details.errors import UserError, run_main  # noqa: E402
-from lm_human_preference_details.files import new_or_ours  # noqa: E402
-from lm_human_preference_details.plots import (  # noqa: E402
+from lm_human_preference_details.run.plots import (  # noqa: E402
     BadMetricsRow,
     Panel,
     as_curves,
@@ -59,6 +56,9 @@ from lm_human_preference_details.plots import (  # noqa: E402
     read_curves,
     save_figure,
 )
+from lm_human_preference_details.utils.checks import check_utf8_path, expand_home  # noqa: E402
+from lm_human_preference_details.utils.errors import UserError, run_main  # noqa: E402
+from lm_human_preference_details.utils.files import new_or_ours  # noqa: E402
 
 APPROX_CSV = Path(__file__).resolve().parent / "data" / "oai_baseline_approx.csv"
 # shared/FIDELITY.md section F: the curves that say whether a run behaves like the baseline

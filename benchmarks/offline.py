@@ -120,7 +120,7 @@ def final_reward_model(run_dir: Path) -> Path:
 
 def final_policy_accuracy(run_dir: Path, n: int = 256, seed: int = 12345) -> float:
     """`best_of_four_accuracy` of the run's final reward model on its final policy (the task as the run had it)."""
-    from lm_human_preference_details.model import load_model_dir
+    from lm_human_preference_details.language.model import load_model_dir
     from lm_human_preference_details.tasks import TaskHParams
 
     task = TaskHParams(**json.loads((run_dir / "config.json").read_text())["task"])
@@ -134,9 +134,9 @@ def best_of_four_accuracy(policy, score, tokenizer, task, n: int, seed: int) -> 
     """How often ``score`` ([4n, q] queries, [4n, r] responses -> [4n]) picks the gold scorer's best of four samples of
     ``policy``, on ``n`` held-out queries (offline.heldout_queries, the summary's ``seed``): requests drawn as the
     online collection draws them (truncated), labelled by the gold labeller; ties go to the first, as gold's."""
-    from lm_human_preference_details import offline
-    from lm_human_preference_details.labellers import GoldLabeller
-    from lm_human_preference_details.online import BEST_OF
+    from lm_human_preference_details.labelling.labellers import GoldLabeller
+    from lm_human_preference_details.labelling.online import BEST_OF
+    from lm_human_preference_details.offline import task as offline
     from lm_human_preference_details.ppo import truncate_responses
 
     queries = offline.heldout_queries(tokenizer, task, n, seed).repeat_interleave(BEST_OF, dim=0)  # [4n, q]
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from lm_human_preference_details.offline import VERSION, offline_dir
+    from lm_human_preference_details.offline.task import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
     rows = {m: {s: run_seed(s, m, args.runs_dir, args.extra, args.reuse, args.final_queries) for s in args.seeds}

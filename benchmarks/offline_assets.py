@@ -1,7 +1,7 @@
 """Rebuild the offline task's shipped assets from their recipe, and compare them with the package's.
 
     python benchmarks/offline_assets.py            # build (minutes), then say whether the package's files match
-    python benchmarks/offline_assets.py --write    # build and replace lm_human_preference_details/offline_assets/
+    python benchmarks/offline_assets.py --write    # build and replace lm_human_preference_details/offline/assets/
 
 The recipe is `offline.build_assets` (the corpus, 1,280 pretraining steps, the shared row of the unused tokens,
 2,048 best-of-4 labels from the gold scorer); `offline.ship` keeps its model and labels compactly. The recipe is
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from safetensors.torch import load_file  # noqa: E402
 
-from lm_human_preference_details import offline  # noqa: E402
+from lm_human_preference_details.offline import task as offline  # noqa: E402
 
 
 def compare(new: Path, old: Path) -> bool:

@@ -35,7 +35,10 @@ import torch  # noqa: E402
 
 import train_policy  # noqa: E402
 import train_reward  # noqa: E402
-from lm_human_preference_details import lm_head, model, offline, optim, ranks  # noqa: E402
+from lm_human_preference_details import optim  # noqa: E402
+from lm_human_preference_details.language import lm_head, model  # noqa: E402
+from lm_human_preference_details.offline import task as offline  # noqa: E402
+from lm_human_preference_details.ranks import emulated as ranks  # noqa: E402
 
 IMPORTED = time.perf_counter()
 

@@ -15,7 +15,7 @@ from the same initial weights, on the same queries, with the same seed:
   ours       train_policy.rollout (Policy.sample: a sampler with a preallocated KV cache that keeps log-probs and
              values from the sampling pass; the frozen reference's Policy.analyze_responses: LM head at the 24
              response positions only; RewardModel.score on the truncated responses), ppo.kl_rewards, then
-             train_policy.ppo_epochs. Its GPT-2 forward passes skip the pads (lm_human_preference_details/gpt2.py).
+             train_policy.ppo_epochs. Its GPT-2 forward passes skip the pads (lm_human_preference_details/language/gpt2.py).
   reference  what people write with Hugging Face: contexts left-padded, `lm.generate(do_sample=True, top_k=0,
              ...)`, then full forward passes of the policy (log-probs, values) and of the reference over
              [context, response] with full-vocabulary logits and log_softmax at every position, sliced to the
@@ -57,9 +57,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere: train_policy.py sits at the repository root
 
 import train_policy  # noqa: E402
-from lm_human_preference_details.devices import pick_device  # noqa: E402
-from lm_human_preference_details.gpt2 import compile_blocks  # noqa: E402
-from lm_human_preference_details.model import Policy, RewardModel  # noqa: E402
+from lm_human_preference_details.language.gpt2 import compile_blocks  # noqa: E402
+from lm_human_preference_details.language.model import Policy, RewardModel  # noqa: E402
+from lm_human_preference_details.language.tokenizer import N_VOCAB  # noqa: E402
 from lm_human_preference_details.optim import TF1Adam, annealed_lr  # noqa: E402
 from lm_human_preference_details.ppo import (  # noqa: E402
     apply_rejection,
@@ -70,8 +70,8 @@ from lm_human_preference_details.ppo import (  # noqa: E402
     truncate_responses,
     value_loss,
 )
-from lm_human_preference_details.ranks import Ranks  # noqa: E402
-from lm_human_preference_details.tokenizer import N_VOCAB  # noqa: E402
+from lm_human_preference_details.ranks.devices import pick_device  # noqa: E402
+from lm_human_preference_details.ranks.emulated import Ranks  # noqa: E402
 
 PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1 plain-text tokens)
 SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
@@ -317,7 +317,7 @@ def benchmark_args(batch_size: int, micro_batch_sequences: int, bf16: bool = Fal
 def make_queries(batch_size: int, query_length: int) -> torch.Tensor:
     """[batch_size, query_length] sentiment-style queries (A4 query processing: after the first '.', up to the last '.',
     right-padded)."""
-    from lm_human_preference_details.offline import corpus, gpt2_tokenizer
+    from lm_human_preference_details.offline.task import corpus, gpt2_tokenizer
     from lm_human_preference_details.queries import process_query
 
     tokenizer = gpt2_tokenizer()
@@ -335,7 +335,7 @@ def make_queries(batch_size: int, query_length: int) -> torch.Tensor:
 
 def build_models(size: str, temperature: float, device: torch.device, seed: int) -> tuple[Policy, Policy, RewardModel]:
     """Policy, frozen reference (a copy of the policy) and reward model, randomly initialised GPT-2s of one size."""
-    from lm_human_preference_details.offline import tiny_gpt2
+    from lm_human_preference_details.offline.task import tiny_gpt2
 
     policy = Policy(tiny_gpt2(seed, **SIZES[size]), PAD, temperature)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)

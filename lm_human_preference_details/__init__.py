@@ -1,14 +1,19 @@
-"""Shared pieces of the PyTorch reproduction of openai/lm-human-preferences; each module has one job.
+"""What train_reward.py and train_policy.py share, in folders named for their jobs, as the original lays out its own:
+the method at the top, the language model and the data beneath, the machinery of a run below them, utilities last.
 
-Command line and files:  ``cli`` (run options, micro-batches, one-line errors),
-``ranks`` (the emulated ranks, torchrun), ``tasks`` (presets, ``--task``),
-``files`` (cache directory, atomic writes), ``downloads`` (cached, checked, retried downloads).
-Data:  ``tokenizer`` (GPT-2 with a distinct pad), ``labels`` (OpenAI's label files), ``queries`` (a subpackage:
-query sources, per-rank streams, query processing and the query samplers).
-Model:  ``model`` (Policy, RewardModel, save/load), ``gpt2`` (packed GPT-2 forward, KV cache), ``lm_head`` (sampling
-step, chunked log-probs).
-Training:  ``ppo`` (the PPO maths), ``optim`` (TF-1 Adam), ``tracking`` (TensorBoard, metrics.jsonl, W&B),
-``checkpoint`` (training checkpoints, resume, stop signals, the non-finite guard).
-Tools:  ``sample`` (sample and score a policy), ``oai_checkpoints`` (OpenAI's released TF checkpoints).
-The offline demo task:  ``offline``.
+    ppo.py          the PPO maths: truncation, rejection, KL rewards, GAE, whitening, losses (pure tensor functions)
+    optim.py        TF-1 Adam and the linear learning-rate decay
+    tasks.py        the original's four presets (launch.py) and the names --task takes
+    labels.py       OpenAI's best-of-4 label files: read, checked, pad 50259 mapped to ours
+    sample.py       a command: sample (and score) a policy on held-out queries
+    label.py        a command: label best-of-4 samples yourself on a local page
+
+    language/       the language model: tokenizer, GPT-2 forward, LM head, Policy and RewardModel, trained models
+    queries/        the query data: sources, per-rank streams, query processing and batches
+    ranks/          the original's MPI ranks: emulated ranks on torchrun processes, gradients, agreeing, devices
+    run/            a run's life: its directory, checkpoints, stops, tracking, plots
+    cli/            the command line: a script's main(), --task and tyro, the run options both scripts take
+    labelling/      people and programs who label: the page, its server and session, the online collection
+    offline/        the offline task: the whole method on a laptop CPU, with its shipped assets
+    utils/          beneath everything: files and the cache, downloads, flag checks, progress, how a process ends
 """

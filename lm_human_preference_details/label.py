@@ -24,22 +24,22 @@ from typing import Optional
 import torch
 import tyro
 
-from lm_human_preference_details.cli import check_at_least
-from lm_human_preference_details.devices import pick_device
-from lm_human_preference_details.errors import Interrupted, UserError, run_main
-from lm_human_preference_details.label_journal import N_SAMPLES
-from lm_human_preference_details.label_server import LabelServer, who_can_reach
-from lm_human_preference_details.label_session import LabelSession, check_output_path
+from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.labelling.journal import N_SAMPLES
+from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
+from lm_human_preference_details.labelling.session import LabelSession, check_output_path
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.oai_checkpoints import resolve_policy
-from lm_human_preference_details.parsing import parse_args
-from lm_human_preference_details.policies import check_policy_path, load_policy
+from lm_human_preference_details.language.oai_checkpoints import resolve_policy
+from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
+from lm_human_preference_details.language.trained_models import check_policy_path, load_policy
 from lm_human_preference_details.ppo import truncate_responses
-from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import check_seed
+from lm_human_preference_details.ranks.devices import pick_device
+from lm_human_preference_details.ranks.emulated import check_seed
 from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
-from lm_human_preference_details.tokenizer import decode, encode_plain, load_tokenizer
+from lm_human_preference_details.utils.checks import check_at_least
+from lm_human_preference_details.utils.errors import Interrupted, UserError, run_main
+from lm_human_preference_details.utils.progress import progress
 
 CHUNK = 64  # queries sampled per forward pass
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from lm_human_preference_details.downloads import cache_path_of, is_downloaded, is_url
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.tokenizer import N_VOCAB
+from lm_human_preference_details.language.tokenizer import N_VOCAB
+from lm_human_preference_details.utils.downloads import cache_path_of, is_downloaded, is_url
+from lm_human_preference_details.utils.errors import UserError
 
 OAI_PAD = 50259  # OAI lm_human_preferences/language/encodings.py: padding_token = len(encoder) + 2
 

@@ -22,21 +22,21 @@ from typing import Optional
 import torch
 import tyro
 
-from lm_human_preference_details.cli import check_output_dir, expand_home
-from lm_human_preference_details.devices import pick_device
-from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.files import new_or_ours
-from lm_human_preference_details.model import Policy, RewardModel, load_model_dir
-from lm_human_preference_details.oai_checkpoints import resolve_policy, resolve_reward_model
-from lm_human_preference_details.parsing import parse_args
-from lm_human_preference_details.policies import check_policy_path, load_policy
+from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.language.model import Policy, RewardModel, load_model_dir
+from lm_human_preference_details.language.oai_checkpoints import resolve_policy, resolve_reward_model
+from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
+from lm_human_preference_details.language.trained_models import check_policy_path, load_policy
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, check_seed
-from lm_human_preference_details.run import Run
+from lm_human_preference_details.ranks.devices import pick_device
+from lm_human_preference_details.ranks.emulated import Ranks, check_seed
+from lm_human_preference_details.run.lifecycle import Run
+from lm_human_preference_details.run.tracking import Tracker
 from lm_human_preference_details.tasks import TaskHParams, get_task
-from lm_human_preference_details.tokenizer import decode, encode_plain, load_tokenizer
-from lm_human_preference_details.tracking import Tracker
+from lm_human_preference_details.utils.checks import check_output_dir, expand_home
+from lm_human_preference_details.utils.errors import UserError, run_main
+from lm_human_preference_details.utils.files import new_or_ours
 
 INITIAL = "initial"  # --compare initial: the base model the policy was fine-tuned from
 

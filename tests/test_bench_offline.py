@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import in_process
 
-from lm_human_preference_details import offline
+from lm_human_preference_details.offline import task as offline
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [1, 2]
@@ -142,7 +142,7 @@ README_KL = tuple(map(float, re.search(r"final KL (\d+\.\d+)-(\d+\.\d+)\s+\(targ
 def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
     """README.md's offline results line states the min..max of benchmarks/results/offline.md, which ran the current
     preset (its asset version, no extra flags) on 5 seeds; whether they met the targets, the table says."""
-    from lm_human_preference_details.offline import VERSION
+    from lm_human_preference_details.offline.task import VERSION
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from offline import readme_ranges
@@ -195,10 +195,11 @@ def test_the_final_reward_model_is_the_runs_last_and_its_accuracy_the_share_of_g
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from offline import best_of_four_accuracy, final_reward_model
 
-    from lm_human_preference_details import files, offline
-    from lm_human_preference_details.model import Policy, load_lm
+    from lm_human_preference_details.language.model import Policy, load_lm
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+    from lm_human_preference_details.offline import task as offline
     from lm_human_preference_details.tasks import get_task
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.utils import files
 
     # the final reward model: online the last training's, offline the one trained before PPO
     assert final_reward_model(tmp_path / "offline") == tmp_path / "offline" / "reward" / "reward_model"

@@ -9,7 +9,7 @@ tiny head with O(1) logits would hide the rounding). Autocast is CPU bfloat16, a
 import pytest
 import torch
 
-from lm_human_preference_details.lm_head import response_logprobs, sample_step
+from lm_human_preference_details.language.lm_head import response_logprobs, sample_step
 
 V, D, T = 512, 64, 0.7
 
@@ -75,7 +75,7 @@ def test_value_and_reward_heads_are_float32_under_bf16_autocast():
     outputs equal to the float32 product of its inputs, where a bfloat16 one is off by ~1e-3 at |v| ~ 1."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from lm_human_preference_details.model import Policy, RewardModel
+    from lm_human_preference_details.language.model import Policy, RewardModel
 
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)

@@ -16,11 +16,11 @@ import pytest
 import torch
 from conftest import drive
 
-from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.finite import check_finite
-from lm_human_preference_details.signals import Stopped
+from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run.checkpoint import check_same_run, list_checkpoints, load_checkpoint, save_checkpoint
+from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.signals import Stopped
+from lm_human_preference_details.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -312,7 +312,7 @@ def _env():
 # train_policy.py whose checkpoint writer dies half-way through the Nth checkpoint file, like a kill -9 there
 DIE_IN_SAVE = """
 import os, runpy, signal, sys
-from lm_human_preference_details import checkpoint
+from lm_human_preference_details.run import checkpoint
 real, calls, die_at = checkpoint.write_state, [], int(sys.argv[1])
 def die_half_way(state, path):
     real(state, path)
@@ -329,8 +329,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 @pytest.fixture(scope="module")
 def reward_dir(tmp_path_factory, assets):
     """A (random) reward model saved the way train_reward.py saves one: enough to train a policy against."""
-    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     torch.manual_seed(0)
@@ -533,7 +533,7 @@ def nan_at_call(monkeypatch, module, name, call, poison):
 def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny_labels, tmp_path, monkeypatch, capsys,
                                                                      where, message):
     import train_reward
-    from lm_human_preference_details.errors import run_main
+    from lm_human_preference_details.utils.errors import run_main
 
     if where == "loss":
         nan_at_call(monkeypatch, train_reward, "rewards_of_labels", 2, lambda rewards: rewards * float("nan"))

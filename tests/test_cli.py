@@ -6,10 +6,10 @@ import re
 import pytest
 import torch
 
-from lm_human_preference_details import devices
-from lm_human_preference_details.cli import check_at_least, check_output_dir, check_positive
-from lm_human_preference_details.devices import check_device, gpu_has_kernels, pick_device
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.ranks import devices
+from lm_human_preference_details.ranks.devices import check_device, gpu_has_kernels, pick_device
+from lm_human_preference_details.utils.checks import check_at_least, check_output_dir, check_positive
+from lm_human_preference_details.utils.errors import UserError
 
 
 def test_check_at_least_names_the_flag_and_the_fix():
@@ -59,7 +59,7 @@ def test_check_output_dir_writes_nothing(tmp_path):
 def test_sigterm_outside_training_is_one_line_naming_what_it_interrupted(capsys, signum):
     import signal
 
-    from lm_human_preference_details.errors import doing, run_main
+    from lm_human_preference_details.utils.errors import doing, run_main
 
     signum = getattr(signal, signum)
     before = signal.getsignal(signum)
@@ -167,7 +167,7 @@ def test_gpu_has_kernels(capability, arch_list, ok):
 
 
 def test_micro_batches_count_query_response_sequences_in_both_scripts():
-    from lm_human_preference_details.run_args import RunArgs
+    from lm_human_preference_details.cli.run_args import RunArgs
 
     args = RunArgs(micro_batch_sequences=8)
     # an episode (policy) or a sampled query is one sequence: 8 rows per pass

@@ -19,11 +19,11 @@ import pytest
 import torch
 from conftest import in_process
 
-from lm_human_preference_details import run_dir
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run
-from lm_human_preference_details.run_dir import LOCK, RunDirectory
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.run import directory as run_dir
+from lm_human_preference_details.run.directory import LOCK, RunDirectory
+from lm_human_preference_details.run.lifecycle import Run
+from lm_human_preference_details.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,8 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
     in this process (conftest.in_process) in node 0's directory."""
     site = tmp_path / "site"  # the view is looked at again for 1 s, not the 30 s a shared file system may need
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import lm_human_preference_details.run_dir as d\nd.SHARED_DIR_WAIT_S = 1.0\n")
+    (site / "sitecustomize.py").write_text("import lm_human_preference_details.run.directory as d\n"
+                                           "d.SHARED_DIR_WAIT_S = 1.0\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,

@@ -19,7 +19,7 @@ from pathlib import Path
 from conftest import in_process
 from test_ranks import _assert_same_run
 
-from lm_human_preference_details.checkpoint import EVENTS
+from lm_human_preference_details.run.checkpoint import EVENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 120  # from the signal to the last launcher's exit; measured 3.2-6.8 s on the shared 2-core VM (docs/ranks.md)

@@ -332,7 +332,7 @@ def files_under(root: Path) -> dict[str, bytes | str]:
 
 def refused(capsys, argv) -> str:
     """compare.main(argv) as the script runs it -> its one `error:` line (exit 2, no traceback)."""
-    from lm_human_preference_details.errors import run_main
+    from lm_human_preference_details.utils.errors import run_main
 
     with pytest.raises(SystemExit) as e:
         run_main(lambda: compare.main(argv))
@@ -418,7 +418,7 @@ def test_new_or_ours_without_hard_links(tmp_path, monkeypatch):
     """files.new_or_ours on a file system that has no hard links (EPERM): the name is claimed exclusively instead."""
     import errno
 
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     def no_links(src, dst):
         raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import train_policy
-from lm_human_preference_details import devices, ranks
-from lm_human_preference_details.devices import pick_device
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.ranks import devices
+from lm_human_preference_details.ranks import emulated as ranks
+from lm_human_preference_details.ranks.devices import pick_device
 from lm_human_preference_details.tasks import get_task
+from lm_human_preference_details.utils.errors import UserError
 
 
 def fake_probe(monkeypatch, cuda_build: str | None, gpu: bool) -> None:

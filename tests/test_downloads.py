@@ -8,9 +8,9 @@ import socket
 import pytest
 from conftest import server_max_in_flight, server_ranges
 
-from lm_human_preference_details import downloads
-from lm_human_preference_details.downloads import DownloadError, cache_path_of, fetch, fetch_many, fetch_oai
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.utils import downloads
+from lm_human_preference_details.utils.downloads import DownloadError, cache_path_of, fetch, fetch_many, fetch_oai
+from lm_human_preference_details.utils.errors import UserError
 
 
 # ------------------------------------------------------------------------------ fetch (the `server` fixture: conftest.py)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.lm_head import logprob_chunk_rows, response_logprobs
-from lm_human_preference_details.model import Policy, RewardModel, load_lm
+from lm_human_preference_details.language.lm_head import logprob_chunk_rows, response_logprobs
+from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 PAD = 50257
@@ -114,7 +114,7 @@ def test_cuda_compiled_blocks_give_the_same_numbers_and_gradients(policies, full
 
 def test_cuda_background_save_copies_on_its_own_stream_before_the_weights_change(tmp_path):
     """The saver's thread copies GPU tensors on a stream of its own, after the work queued before `save`."""
-    from lm_human_preference_details import checkpoint as ckpt
+    from lm_human_preference_details.run import checkpoint as ckpt
 
     layer = torch.nn.Linear(512, 512).cuda()
     with torch.no_grad():

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import columns, registry, samplers, streams, tldr17
 from lm_human_preference_details.queries.batches import encode_queries
 from lm_human_preference_details.queries.samplers import HFQuerySampler
 from lm_human_preference_details.queries.streams import shuffled_order
+from lm_human_preference_details.utils.errors import UserError
 
 BOOK_SENTENCES = [f"sentence number {i} , said the {['cat', 'dog', 'owl'][i % 3]} ." for i in range(37)]
 
@@ -163,7 +163,7 @@ def test_bad_inputs(tokenizer, bookcorpus_parquet, tmp_path):
 
 
 def test_download_failure_is_one_line(tmp_path):
-    code = ("from lm_human_preference_details.errors import run_main\n"
+    code = ("from lm_human_preference_details.utils.errors import run_main\n"
             "from lm_human_preference_details.queries.registry import parquet_files, query_source\n"
             f"run_main(lambda: parquet_files(query_source('bookcorpus'), hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -358,7 +358,7 @@ def test_tldr_17_cache_with_another_corpus_is_refused(tokenizer, tldr_zip, tmp_p
 
 
 def test_tldr_17_offline_without_the_archive_is_one_line_with_a_working_command(tmp_path):
-    code = ("from lm_human_preference_details.errors import run_main\n"
+    code = ("from lm_human_preference_details.utils.errors import run_main\n"
             "from lm_human_preference_details.queries.registry import open_query_data, query_source\n"
             f"run_main(lambda: open_query_data(query_source('tldr-17'), 'body', cache_dir={str(tmp_path / 'cache')!r}, "
             f"hub_cache_dir={str(tmp_path / 'hub')!r}))\n")
@@ -431,7 +431,7 @@ class FakeHub:
         import huggingface_hub
         from huggingface_hub import constants
 
-        from lm_human_preference_details import downloads
+        from lm_human_preference_details.utils import downloads
 
         self.files, self.missing, self.calls, self.downloads = files, missing, [], []
         hub = self

@@ -24,13 +24,15 @@ from label_helpers import (
     tiny_offline_cache,
 )
 
-from lm_human_preference_details import files, label, label_session
-from lm_human_preference_details.cli import check_output_dir
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.label_journal import journal_path
-from lm_human_preference_details.label_session import LabelSession
+from lm_human_preference_details import label
+from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.labelling import session as label_session
+from lm_human_preference_details.labelling.journal import journal_path
+from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.parsing import parse_args
+from lm_human_preference_details.utils import files
+from lm_human_preference_details.utils.checks import check_output_dir
+from lm_human_preference_details.utils.errors import UserError
 
 FLAGS = {"task_name": "offline", "seed": 1}
 

@@ -19,10 +19,12 @@ from conftest import refused_in_process
 from label_helpers import call, label_command, label_env, tiny_offline_cache
 from test_label import FLAGS, expected_file, fake_items
 
-from lm_human_preference_details import files, label, label_session
-from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.label_journal import journal_path
-from lm_human_preference_details.label_session import LabelSession
+from lm_human_preference_details import label
+from lm_human_preference_details.labelling import session as label_session
+from lm_human_preference_details.labelling.journal import journal_path
+from lm_human_preference_details.labelling.session import LabelSession
+from lm_human_preference_details.utils import files
+from lm_human_preference_details.utils.errors import UserError, run_main
 
 
 @pytest.fixture(scope="module")

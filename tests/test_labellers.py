@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.labellers import CommandLabeller, GoldLabeller
-from lm_human_preference_details.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.labelling.labellers import CommandLabeller, GoldLabeller
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.utils.errors import UserError
 
 
 @pytest.fixture(scope="module")

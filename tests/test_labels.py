@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels, read_records
+from lm_human_preference_details.utils.errors import UserError
 
 
 def _write(tmp_path, records):
@@ -68,7 +68,7 @@ def test_label_file_too_few_labels(tmp_path):
 
 
 def test_bad_json_advice_depends_on_whose_file_it_is(tmp_path, monkeypatch):
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     mine = tmp_path / "mine.json"
     mine.write_text("[{")

@@ -12,18 +12,31 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lm_human_preference_details"
 
 
+def module_name(path: Path) -> str:
+    """The dotted name of a package file below the package: ``ranks/gradients.py`` -> ``ranks.gradients``."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package and its sub-packages by dotted name (``__init__`` files as their package)."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if module_name(p)}
+
+
 def imports_of(path: Path) -> set[str]:
-    """Package modules that ``path`` imports anywhere in it (top level or inside functions)."""
+    """Package modules (dotted, below the package) that ``path`` imports anywhere in it, top level or in functions;
+    ``from pkg.wing import name`` counts as the module ``wing.name`` where that is a module, else as ``wing``."""
+    known = set(package_modules())
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == PACKAGE.name:  # from lm_human_preference_details import x, y
-                found.update(alias.name for alias in node.names)
-            elif node.module.startswith(PACKAGE.name + "."):
-                found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE.name:
+            base = node.module[len(PACKAGE.name) + 1:]
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                found.add(sub if sub in known else base)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE.name + "."))
-    return found
+            found.update(a.name[len(PACKAGE.name) + 1:] for a in node.names if a.name.startswith(PACKAGE.name + "."))
+    return found - {""}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -55,17 +68,47 @@ def test_find_cycle_by_hand():
 
 
 def test_the_package_has_no_import_cycle():
-    modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    graph = {name: imports_of(path) & set(modules) for name, path in modules.items()}
-    assert graph["tasks"] and graph["offline"]  # the graph is really read
+    modules = package_modules()
+    graph = {name: imports_of(path) - {name} for name, path in modules.items()}
+    assert graph["tasks"] and graph["offline.task"]  # the graph is really read
     assert find_cycle(graph) is None, find_cycle(graph)
-    assert "offline" not in set().union(*(deps for name, deps in graph.items() if name != "offline"))  # demo at the edge
+    offline = {n for n in modules if n.split(".")[0] == "offline"}
+    assert not offline & set().union(*(deps for name, deps in graph.items() if name not in offline))  # demo at the edge
+
+
+def wing_of(module: str) -> str:
+    return module.split(".")[0] if "." in module or (PACKAGE / module).is_dir() else "(root)"
+
+
+def test_the_wings_import_each_other_without_a_circle():
+    """Folder by folder the arrows run one way: no wing imports a wing that imports it back."""
+    graph: dict[str, set[str]] = {}
+    for name, path in package_modules().items():
+        graph.setdefault(wing_of(name), set()).update(wing_of(dep) for dep in imports_of(path))
+    graph = {wing: deps - {wing, "(root)"} for wing, deps in graph.items() if wing != "(root)"}
+    assert len(graph) >= 5 and find_cycle(graph) is None, find_cycle(graph)
+
+
+def test_the_package_is_in_wings_each_with_its_map():
+    """At most 12 modules at the root; at least 5 sub-packages, each opening with a map naming its every module; no
+    folder holds three modules whose names start alike (``label_*``)."""
+    root = [p for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    wings = sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert len(root) <= 12 and len(wings) >= 5, (len(root), [w.name for w in wings])
+    for folder in [PACKAGE, *wings]:
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        modules = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+        if folder != PACKAGE:
+            assert not [m for m in modules if m not in doc], f"{folder.name}/__init__.py's map misses a module"
+        prefixes = [m.split("_")[0] for m in modules if "_" in m]
+        assert not [p for p in set(prefixes) if prefixes.count(p) >= 3], (folder.name, modules)
+    assert [w.name for w in wings if w.name not in ((PACKAGE / "__init__.py").read_text())] == []
 
 
 def test_the_commands_share_policy_loading_and_import_no_command():
     """sample.py and label.py are commands: both load policies through policies.py, and no module imports either."""
     importers = {p.stem for p in PACKAGE.rglob("*.py") if imports_of(p) & {"sample", "label"}}
-    assert {"policies"} <= imports_of(PACKAGE / "sample.py") & imports_of(PACKAGE / "label.py")
+    assert {"language.trained_models"} <= imports_of(PACKAGE / "sample.py") & imports_of(PACKAGE / "label.py")
     assert not importers, importers
 
 
@@ -90,7 +133,8 @@ def test_an_import_inside_a_function_says_why():
     queries/ has its own owner (issue 44's query wing)."""
     assert unexplained_imports("def f():\n    import json\n", "m.py") == ["m.py:2: import json"]
     assert not unexplained_imports("def f():\n    import json  # rare\n", "m.py")
-    sources = [p for p in PACKAGE.glob("*.py")] + [ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    sources = [p for p in PACKAGE.rglob("*.py") if p.parent.name != "queries"]
+    sources += [ROOT / "train_policy.py", ROOT / "train_reward.py"]
     found = [f for p in sources for f in unexplained_imports(p.read_text(), p.name)]
     assert not found, found
 
@@ -103,11 +147,11 @@ def test_torchrun_environment_is_read_in_one_place():
     sources = [*PACKAGE.rglob("*.py"), ROOT / "train_policy.py", ROOT / "train_reward.py"]
     readers = sorted(str(p.relative_to(ROOT)) for p in sources
                      if p.name != "torchrun.py" and any(f'"{name}"' in p.read_text() for name in TORCHRUN_VARIABLES))
-    assert '"RANK"' in (PACKAGE / "torchrun.py").read_text() and not readers, readers
+    assert '"RANK"' in (PACKAGE / "utils" / "torchrun.py").read_text() and not readers, readers
 
 
 def test_every_module_says_its_job():
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         doc = ast.get_docstring(ast.parse(path.read_text()))
         assert doc and len(doc.splitlines()[0]) > 20, f"{path.name} has no docstring saying its job"
 
@@ -169,11 +213,12 @@ def test_the_task_branch_check_sees_each_form(branch):
                              task_words())
 
 
-def test_the_readme_layout_lists_every_module():
+def test_the_readme_layout_lists_every_root_module_and_wing():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Layout", 1)[1].split("```")[1]
-    listed = {line.split()[0] for line in block.splitlines() if line.startswith("  ") and line.split()[0].endswith(".py")}
-    assert listed == {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    listed = {line.split()[0] for line in block.splitlines() if line.startswith("  ") and line[2] != " "}
+    wings = {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert listed == {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"} | wings
 
 
 # a module a maintainer can read in one sitting; the scripts are single files by design, so only their parts are held
@@ -193,7 +238,7 @@ def too_long(source: str, name: str, whole_module: bool) -> list[str]:
 
 def test_no_module_class_or_function_is_over_its_size():
     modules = sorted(PACKAGE.rglob("*.py"))
-    assert len(modules) > 30 and any(p.parent.name == "queries" for p in modules)  # the subpackage is walked too
+    assert len(modules) > 30 and any(p.parent.name == "queries" for p in modules)  # the sub-packages are walked too
     found = [f for p in modules for f in too_long(p.read_text(), p.name, whole_module=True)]
     found += [f for script in ("train_policy.py", "train_reward.py")
               for f in too_long((ROOT / script).read_text(), script, whole_module=False)]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.lm_head import (
+from lm_human_preference_details.language.lm_head import (
     GPU_CHUNK_ELEMENTS,
     logprob_chunk_rows,
     response_logprobs,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.model import (
+from lm_human_preference_details.language.model import (
     Policy,
     RewardModel,
     disable_dropout,
@@ -255,7 +255,7 @@ def test_compiled_blocks_give_the_same_numbers_and_gradients(policy, eager_and_c
 
 
 def test_is_local_model_tells_paths_from_hub_names(tmp_path):
-    from lm_human_preference_details.model_files import is_local_model
+    from lm_human_preference_details.language.model_files import is_local_model
 
     assert not is_local_model("gpt2") and not is_local_model("openai-community/gpt2")
     for path in ("/nonexistent/model", "./gpt2", "~/models/gpt2", "a/b/c", "a/../b", str(tmp_path)):
@@ -265,8 +265,8 @@ def test_is_local_model_tells_paths_from_hub_names(tmp_path):
 def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
     import shutil
 
-    from lm_human_preference_details.errors import UserError
-    from lm_human_preference_details.model_files import check_model_files, context_length, safetensors_problem
+    from lm_human_preference_details.language.model_files import check_model_files, context_length, safetensors_problem
+    from lm_human_preference_details.utils.errors import UserError
 
     config = check_model_files(tiny_model_dir, "--base-model", "fix")
     assert context_length(config) == 256 and context_length({"max_position_embeddings": 2048}) == 2048
@@ -289,9 +289,9 @@ def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
 
 
 def test_saved_model_of_the_other_kind_is_named(tiny_model_dir, tmp_path):
-    from lm_human_preference_details.errors import UserError
-    from lm_human_preference_details.model import Policy, check_saved_model, load_lm, load_model_dir, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import Policy, check_saved_model, load_lm, load_model_dir, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+    from lm_human_preference_details.utils.errors import UserError
 
     tokenizer = load_tokenizer(str(tiny_model_dir))
     save_model_dir(tmp_path / "policy", Policy(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id, 0.7), tokenizer, {})

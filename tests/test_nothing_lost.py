@@ -16,12 +16,12 @@ import pytest
 import torch
 from conftest import in_process, refused_in_process
 
-from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details.errors import UserError, run_main
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
-from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run
-from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
+from lm_human_preference_details.run.lifecycle import Run
+from lm_human_preference_details.utils.errors import UserError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
@@ -299,7 +299,7 @@ def test_torch_saves_runtime_error_on_a_full_disk_is_one_line_and_the_run_resume
 
 
 def test_a_full_disk_at_a_metrics_row_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
-    from lm_human_preference_details import tracking
+    from lm_human_preference_details.run import tracking
 
     real_log = tracking.Tracker.log
 
@@ -377,7 +377,7 @@ def test_a_full_disk_is_told_by_the_error_not_its_class():
     """The errors a real full tmpfs raised here (torch.save, safetensors, a text write), and look-alikes that are not."""
     from safetensors import SafetensorError
 
-    from lm_human_preference_details.files import disk_full
+    from lm_human_preference_details.utils.files import disk_full
 
     full = [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
             SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
@@ -389,7 +389,7 @@ def test_a_full_disk_is_told_by_the_error_not_its_class():
 def test_a_synced_temporary_is_whole_fsynced_readable_as_the_umask_allows_and_known_as_ours(tmp_path, monkeypatch):
     """files.synced_temporary (the label file's and its journal's first copy): the bytes, fsynced before it is
     returned, the umask's mode (not mkstemp's 0600), a name `remove_leftovers` takes back once its owner is gone."""
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     synced = []
     monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(os.fstat(fd).st_ino))

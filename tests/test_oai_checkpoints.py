@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details import oai_checkpoints as oc
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import load_model_dir
+from lm_human_preference_details.language import oai_checkpoints as oc
+from lm_human_preference_details.language.model import load_model_dir
+from lm_human_preference_details.utils.errors import UserError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oai_tiny_run"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
@@ -183,7 +183,7 @@ def test_missing_release_is_one_line_naming_the_url(served_runs, tmp_path):
 
 def test_train_policy_takes_an_oai_reward_model(tokenizer, tmp_path, monkeypatch):
     import train_policy
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     monkeypatch.setattr(files, "CACHE_DIR", tmp_path)  # where the conversion is cached
     args = train_policy.build_args("sentiment")

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import in_process
 
-from lm_human_preference_details import offline
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
-from lm_human_preference_details.model import Policy, load_lm
+from lm_human_preference_details.language.model import Policy, load_lm
+from lm_human_preference_details.offline import task as offline
 
 
 def test_gold_score_by_hand():
@@ -51,7 +51,7 @@ def test_corpus_connectives_follow_the_previous_sentence():
 
 def test_pretraining_is_deterministic(tokenizer):
     # two builds of the assets must hold the same model: the same seeds give bit-identical weights
-    from lm_human_preference_details.offline import tiny_gpt2
+    from lm_human_preference_details.offline.task import tiny_gpt2
 
     states = []
     for _ in range(2):

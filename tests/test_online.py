@@ -16,15 +16,15 @@ import pytest
 import torch
 from conftest import drive, in_process
 
-from lm_human_preference_details import offline
-from lm_human_preference_details.checkpoint import list_checkpoints
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.labellers import AnswersAtOnce
+from lm_human_preference_details.labelling.labellers import AnswersAtOnce
+from lm_human_preference_details.labelling.online import Schedule
 from lm_human_preference_details.labels import load_best_of_n_labels
-from lm_human_preference_details.online import Schedule
-from lm_human_preference_details.run_dir import LOCK, MARKER, clear_run
-from lm_human_preference_details.run_kinds import RUN_KINDS
-from lm_human_preference_details.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.offline import task as offline
+from lm_human_preference_details.run.checkpoint import list_checkpoints
+from lm_human_preference_details.run.directory import LOCK, MARKER, clear_run
+from lm_human_preference_details.run.kinds import RUN_KINDS
+from lm_human_preference_details.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
 
 def test_the_offline_online_preset_is_the_offline_task_online_with_a_quarter_of_its_labels_first(capsys):
     import train_policy
-    from lm_human_preference_details.parsing import parse_args
+    from lm_human_preference_details.cli.parsing import parse_args
 
     offline_args, online = train_policy.build_args("offline"), train_policy.build_args("offline-online")
     total = offline_args.rewards.train_new_model.labels.num_train  # the labels the offline task trains on
@@ -296,7 +296,7 @@ class SkipEveryThird(AnswersAtOnce):
 def collection(journal_path: Path, trained: list):
     from types import SimpleNamespace
 
-    from lm_human_preference_details.online import LabelJournal, OnlineCollection
+    from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile
 
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
@@ -305,7 +305,7 @@ def collection(journal_path: Path, trained: list):
         trained.append((k, num_train))
         return f"model {k}", {"last_loss": 1.0 + k}
 
-    return OnlineCollection(schedule, LabelJournal(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
+    return OnlineCollection(schedule, OnlineLabelFile(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
                             (16, 4), train)
 
 

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import pytest
 from test_online import FakePolicy, FakeSampler
 
-from lm_human_preference_details import online as online_module
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.labellers import CommandLabeller
-from lm_human_preference_details.online import LabelJournal, OnlineCollection, Schedule
-from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
-from lm_human_preference_details.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.labelling import online as online_module
+from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
+from lm_human_preference_details.labelling.labellers import CommandLabeller
+from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile, Schedule
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.utils.errors import UserError
 
 
 def request(batch: int, position: int, token: int = 7) -> Request:
@@ -27,7 +27,7 @@ def request(batch: int, position: int, token: int = 7) -> Request:
 
 def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(tmp_path):
     path = tmp_path / "answers.jsonl"
-    log = AnswerLog(path)
+    log = AnswerRecord(path)
     log.record(request(0, 0), 2)
     first = path.read_bytes()
     log.record(request(0, 1), None)  # a skip is an answer too
@@ -35,7 +35,7 @@ def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(
     log.close()
     with open(path, "ab") as f:
         f.write(b'{"key": "0/2", "ha')  # a kill in the middle of a line
-    log = AnswerLog(path)
+    log = AnswerRecord(path)
     assert len(log) == 2 and log.get(request(0, 0)) == 2 and log.get(request(0, 1)) is None
     assert log.get(request(0, 2)) is UNKNOWN
     assert log.get(request(0, 0, token=8)) is UNKNOWN  # the same key, other tokens: not its answer
@@ -47,7 +47,7 @@ def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(
 def test_a_record_changed_by_hand_is_one_line(tmp_path):
     (tmp_path / "answers.jsonl").write_text('{"key": "0/0", "hash": "x", "best": 1}\nnot json\n')
     with pytest.raises(UserError, match="answers.jsonl line 2 is not an answer this run recorded"):
-        AnswerLog(tmp_path / "answers.jsonl")
+        AnswerRecord(tmp_path / "answers.jsonl")
 
 
 class SlowLabeller:
@@ -87,7 +87,7 @@ def collection(journal: Path, labeller, said: list[str]) -> OnlineCollection:
     # l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38 before updates 0-3 of 16 episodes; margin 2
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=0)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
-    online = OnlineCollection(schedule, LabelJournal(journal), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
+    online = OnlineCollection(schedule, OnlineLabelFile(journal), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
                               lambda k, num_train: (f"model {k}", {}))
     online.say = said.append
     return online
@@ -187,7 +187,7 @@ class NoAnswers(SlowLabeller):
 def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
     import signal
 
-    from lm_human_preference_details.signals import Stopped
+    from lm_human_preference_details.run.signals import Stopped
 
     online = collection(tmp_path / "labels.json", NoAnswers(), [])
     looks = []
@@ -198,11 +198,11 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
 
 
 def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
-    from lm_human_preference_details.labellers import OnlineSession
+    from lm_human_preference_details.labelling.labellers import OnlineSession
 
     task = SimpleNamespace(query_prefix="", query_suffix="")
     session = OnlineSession(gpt2_tokenizer(), task, tmp_path / "answers.jsonl")
-    log = AnswerLog(tmp_path / "answers.jsonl")
+    log = AnswerRecord(tmp_path / "answers.jsonl")
     session.add([request(0, 0), request(0, 1)], log.record)
     a, b = session.state("tab a")["item"]["index"], session.state("tab b")["item"]["index"]
     assert {a, b} == {0, 1}  # each tab its own request
@@ -214,7 +214,7 @@ def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_pa
 
 
 def test_a_resumed_run_may_serve_its_page_elsewhere_but_not_ask_another_program():
-    from lm_human_preference_details.checkpoint import check_same_run
+    from lm_human_preference_details.run.checkpoint import check_same_run
 
     saved = {"online": {"labeller": "page", "host": "127.0.0.1", "port": 8765, "command": None}}
     check_same_run(saved, {"online": {**saved["online"], "host": "0.0.0.0", "port": 0}})  # the port was taken since

@@ -26,8 +26,8 @@ import pytest
 from label_helpers import ROOT, label_env, tiny_offline_cache
 from test_label_page import browser, browser_paths  # noqa: F401  (the fixture, and Chromium's paths)
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.tokenizer import decode, load_tokenizer
+from lm_human_preference_details.language.tokenizer import decode, load_tokenizer
+from lm_human_preference_details.utils.errors import UserError
 
 WAIT_S = 600  # a bound on each wait for the run (a model load and a reward training on a loaded 2-core machine)
 # the tests' tiny assets hold queries of 64 tokens

@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from lm_human_preference_details import plots
+from lm_human_preference_details.run import plots
 
 SCORE, KL, KL_COEF, ENTROPY = (f"ppo/objective/{k}" for k in ("score", "kl", "kl_coef", "entropy"))
 

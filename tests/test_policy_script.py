@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import train_policy
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import Policy, RewardModel, load_lm
+from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam
-from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.utils.errors import UserError
 
 PAD = 50257
 
@@ -41,7 +41,7 @@ def test_presets_default_to_the_baselines_query_sources(task, dataset, start, en
 
 
 def test_the_2019_pipeline_is_one_switch():
-    from lm_human_preference_details.parsing import parse_args
+    from lm_human_preference_details.cli.parsing import parse_args
 
     argv = ["--task", "sentiment", "--task.query-dataset", "books-2019"]
     args = parse_args(train_policy.build_args, "", argv).finalize(check_inputs=False)
@@ -228,7 +228,7 @@ def test_bf16_sampling_and_scoring_stay_close_to_fp32(tiny_model_dir):
 def test_run_options_reach_the_reward_model_run(monkeypatch):
     # --compile, --device, --no-tf32, --micro-batch-sequences: train_policy.py trains its reward model with the same options
     import train_reward
-    from lm_human_preference_details.parsing import parse_args
+    from lm_human_preference_details.cli.parsing import parse_args
 
     argv = ["--task", "sentiment", "--compile", "--no-tf32", "--device", "cpu", "--micro-batch-sequences", "16"]
     args = parse_args(train_policy.build_args, "test", argv).finalize(check_inputs=False)
@@ -259,7 +259,7 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     import dataclasses
 
     import train_reward
-    from lm_human_preference_details.run_args import RunArgs
+    from lm_human_preference_details.cli.run_args import RunArgs
 
     args = train_policy.build_args("sentiment")
     new = args.rewards.train_new_model

@@ -2,7 +2,7 @@
 
 import io
 
-from lm_human_preference_details.progress import progress, write_above_progress
+from lm_human_preference_details.utils.progress import progress, write_above_progress
 
 
 class Terminal(io.StringIO):
@@ -47,7 +47,7 @@ def test_unknown_total_in_a_log_file_is_not_redrawn_every_step():
 
 def test_the_final_count_is_one_line_whatever_width_the_rate_leaves_the_bar():
     """tqdm redraws the final count on close; a rate of another length there changes the bar's width, not the count."""
-    from lm_human_preference_details.progress import _Lines
+    from lm_human_preference_details.utils.progress import _Lines
 
     log = io.StringIO()
     lines = _Lines(log)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.queries import QuerySampler, format_queries, make_query_sampler, process_query, query_source
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.tasks import TaskHParams
+from lm_human_preference_details.utils.errors import UserError
 
 P = 0  # pad token in the hand-worked examples
 
@@ -212,7 +212,7 @@ def test_make_query_sampler_hf_source_rank_blocks(tokenizer, tmp_path, monkeypat
     """The baseline's source through the one constructor: rank r's block is rank r's stream of HFQuerySampler."""
     import datasets
 
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")
     path = tmp_path / "books.parquet"

@@ -9,9 +9,6 @@ import random
 import pytest
 from conftest import server_max_in_flight
 
-from lm_human_preference_details import files
-from lm_human_preference_details.downloads import OAI_URL, cache_path_of
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import oai2019 as query_datasets
 from lm_human_preference_details.queries import registry
 from lm_human_preference_details.queries.oai2019 import (
@@ -24,6 +21,9 @@ from lm_human_preference_details.queries.oai2019 import (
 )
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.queries.text_files import read_local_texts
+from lm_human_preference_details.utils import files
+from lm_human_preference_details.utils.downloads import OAI_URL, cache_path_of
+from lm_human_preference_details.utils.errors import UserError
 
 
 # ------------------------------------------------------------------------------ A3: cleaning

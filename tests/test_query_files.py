@@ -12,11 +12,11 @@ import torch
 from test_bad_input import assert_refused, reward_args
 from test_hf_queries import write_tldr_zip
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import last_real_indices
+from lm_human_preference_details.language.model import last_real_indices
 from lm_human_preference_details.queries import QuerySampler, check_query_dataset, query_source
 from lm_human_preference_details.queries.samplers import HFQuerySampler
 from lm_human_preference_details.queries.text_files import read_local_texts
+from lm_human_preference_details.utils.errors import UserError
 
 LATIN1 = "Caf\u00e9 au lait. It was good.".encode("latin-1")  # byte 0xe9: not UTF-8
 

@@ -15,12 +15,12 @@ import torch
 from test_bad_input import one_error_line
 
 from lm_human_preference_details import tasks
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries import make_query_sampler
 from lm_human_preference_details.queries.batches import RankBatches
 from lm_human_preference_details.queries.registry import SOURCES
 from lm_human_preference_details.queries.source import QuerySource
 from lm_human_preference_details.tasks import TaskHParams, check_task_inputs
+from lm_human_preference_details.utils.errors import UserError
 
 
 class CountingBatches(RankBatches):

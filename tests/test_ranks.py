@@ -13,12 +13,12 @@ import torch
 from conftest import ROOT, beside_its_pair, in_process, launch
 from safetensors.torch import load_file
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.gradients import BlockGradients
-from lm_human_preference_details.model import Policy, load_lm
+from lm_human_preference_details.language.model import Policy, load_lm
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler
-from lm_human_preference_details.ranks import Ranks, held_ranks, rank_seed
+from lm_human_preference_details.ranks.emulated import Ranks, held_ranks, rank_seed
+from lm_human_preference_details.ranks.gradients import BlockGradients
 from lm_human_preference_details.tasks import TaskHParams
+from lm_human_preference_details.utils.errors import UserError
 
 PAD = 50257
 
@@ -92,7 +92,7 @@ def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
 
 
 def test_tree_add_builds_a_balanced_binary_tree():
-    from lm_human_preference_details.gradients import tree_add, tree_total
+    from lm_human_preference_details.ranks.gradients import tree_add, tree_total
 
     class Term:  # records the additions as a string
         def __init__(self, text):
@@ -120,7 +120,7 @@ import sys, torch.distributed
 torch.distributed.is_available = lambda: False  # a torch built without distributed support ...
 sys.modules["torch.distributed.nn"] = None  # ... has no torch.distributed.nn: importing it fails
 import train_policy, train_reward
-from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.ranks.emulated import Ranks
 print(Ranks(8, 1).held)
 """
 
@@ -213,7 +213,7 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(exact_policy_runs):
 # group (test_leaving...), and after its end, when it has left it
 COUNT_GLOO = '''
 import os, runpy, sys
-from lm_human_preference_details import ranks
+from lm_human_preference_details.ranks import emulated as ranks
 
 def gloo_threads():  # -1 where there is no /proc to count them in (the test that reads them is skipped there)
     if not os.path.isdir("/proc/self/task"):

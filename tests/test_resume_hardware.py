@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import beside_its_pair, exact_policy
 
-from lm_human_preference_details import checkpoint
-from lm_human_preference_details.checkpoint import check_same_run
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.ranks import set_generator_state
+from lm_human_preference_details.ranks.emulated import set_generator_state
+from lm_human_preference_details.run import checkpoint
+from lm_human_preference_details.run.checkpoint import check_same_run
+from lm_human_preference_details.utils.errors import UserError
 
 
 # ------------------------------------------------------------------------------ generator states

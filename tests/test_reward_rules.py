@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import train_reward
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import RewardModel, load_lm
-from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.language.model import RewardModel, load_lm
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.utils.errors import UserError
 
 
 def test_best_of_n_loss_by_hand():

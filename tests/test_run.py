@@ -24,14 +24,16 @@ from tqdm import tqdm
 
 import train_policy
 import train_reward
-from lm_human_preference_details import checkpoint as ckpt
-from lm_human_preference_details import model, ranks, tasks, tokenizer
-from lm_human_preference_details.errors import UserError, run_main
-from lm_human_preference_details.files import atomic_path, remove_leftovers
-from lm_human_preference_details.ranks import Ranks
-from lm_human_preference_details.run import Run
-from lm_human_preference_details.run_dir import LOCK, MARKER, read_marker
-from lm_human_preference_details.signals import Stopped, StopSignals, agree_after_update
+from lm_human_preference_details import tasks
+from lm_human_preference_details.language import model, tokenizer
+from lm_human_preference_details.ranks import emulated as ranks
+from lm_human_preference_details.ranks.emulated import Ranks
+from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
+from lm_human_preference_details.run.lifecycle import Run
+from lm_human_preference_details.run.signals import Stopped, StopSignals, agree_after_update
+from lm_human_preference_details.utils.errors import UserError, run_main
+from lm_human_preference_details.utils.files import atomic_path, remove_leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -226,7 +228,7 @@ def test_a_run_that_fails_before_it_starts_leaves_nothing(tmp_path):
 def test_leftovers_of_killed_writes_are_ours_alone_and_only_when_their_process_is_gone(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    from lm_human_preference_details.files import HOST
+    from lm_human_preference_details.utils.files import HOST
 
     (tmp_path / f".lmhp-tmp~{HOST}~{dead.pid}~offline-v4~abc").mkdir()  # a killed asset build
     (tmp_path / f".lmhp-tmp~{HOST}~{os.getpid()}~other~abc").mkdir()  # a live process's write
@@ -368,8 +370,8 @@ class ProcessZeroOfTwo(Ranks):
 def test_a_tracker_write_that_fails_after_the_loop_stops_every_process_at_the_models_save(tmp_path, monkeypatch):
     """Under torchrun process 0 keeps a failed log for the next agreement; after the reward loop (held-out results,
     normalisation) that is the final model's save, which then writes nothing."""
-    import lm_human_preference_details.run as run_module
-    from lm_human_preference_details.tracking import Tracker
+    import lm_human_preference_details.run.lifecycle as run_module
+    from lm_human_preference_details.run.tracking import Tracker
 
     real_log = Tracker.log
 
@@ -423,8 +425,8 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
             "--task.truncate-after", 4, "--device", "cpu"]
     reward = ["--base-model", assets / "tiny-gpt2", "--labels.source", assets / "labels.json", "--labels.num-train", 64,
               "--batch-size", 16, *tiny]
-    from lm_human_preference_details.model import RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
 
     policy_run, reward_run = fake_run_dir(tmp_path / "policy_run", "policy"), fake_run_dir(tmp_path / "reward_run", "reward")
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))  # a reward model the policy script accepts
@@ -613,7 +615,7 @@ def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_pat
 
 
 def test_curves_that_cannot_be_drawn_are_a_warning_not_the_end_of_the_run(tmp_path, monkeypatch, capsys):
-    import lm_human_preference_details.plots as plots
+    import lm_human_preference_details.run.plots as plots
 
     def broken(run_dir):
         raise ValueError("no metrics yet")

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details import policies, sample
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
-from lm_human_preference_details.tokenizer import load_tokenizer
+from lm_human_preference_details import sample
+from lm_human_preference_details.language import trained_models as policies
+from lm_human_preference_details.language.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
+from lm_human_preference_details.language.tokenizer import load_tokenizer
+from lm_human_preference_details.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_VOCAB = 40  # the fixture's tiny vocabulary (tests/fixtures/make_oai_checkpoint.py)
@@ -144,7 +145,7 @@ def test_bad_input_is_one_line(assets, saved, tmp_path):
 
 
 def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
-    from lm_human_preference_details.oai_checkpoints import resolve_policy
+    from lm_human_preference_details.language.oai_checkpoints import resolve_policy
 
     fixture = Path(__file__).parent / "fixtures" / "oai_tiny_run" / "policy"
     local = resolve_policy(str(fixture), cache_dir=tmp_path)
@@ -157,8 +158,8 @@ def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
 def test_a_samples_file_that_appears_while_sampling_is_kept(assets, saved, tmp_path, capsys, monkeypatch, appears):
     """docs/runs.md: never over a file the project did not write, never through a link, checked right before the write;
     then the same command, once the file is moved away, writes the samples."""
-    from lm_human_preference_details.errors import run_main
-    from lm_human_preference_details.run_dir import MARKER
+    from lm_human_preference_details.run.directory import MARKER
+    from lm_human_preference_details.utils.errors import run_main
 
     out, mine = tmp_path / "out", tmp_path / "mine.jsonl"
     mine.write_text("my samples\n")

@@ -71,7 +71,7 @@ def test_reward_training_logs_and_anneals(reward_run):
 
 
 def test_saved_reward_model_reloads_and_is_normalised(reward_run, assets):
-    from lm_human_preference_details.model import Policy, load_lm, load_model_dir
+    from lm_human_preference_details.language.model import Policy, load_lm, load_model_dir
     from lm_human_preference_details.queries import QuerySampler, format_queries, query_source
 
     model, tokenizer, hparams = load_model_dir(reward_run / "reward_model", "reward")
@@ -105,8 +105,8 @@ def bad_inputs(assets, tmp_path_factory):
     """Directories and files that are wrong in each of the ways a user met (issue 17): built once, offline."""
     import shutil
 
-    from lm_human_preference_details.model import Policy, RewardModel, load_lm, save_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import Policy, RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
 
     d = tmp_path_factory.mktemp("bad")
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
@@ -209,7 +209,7 @@ def hub_unreachable():
     one check of the hub's answer (downloads.hub_reachable, cached per process) is asked afresh inside and after."""
     from huggingface_hub import constants
 
-    from lm_human_preference_details.downloads import hub_reachable
+    from lm_human_preference_details.utils.downloads import hub_reachable
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -306,7 +306,7 @@ def test_policy_run_draws_its_curves(policy_run):
 def test_policy_is_saved_and_reloads(policy_run, assets):
     from transformers import AutoModelForCausalLM
 
-    from lm_human_preference_details.model import load_model_dir
+    from lm_human_preference_details.language.model import load_model_dir
 
     out, _ = policy_run
     saved = AutoModelForCausalLM.from_pretrained(out / "policy")
@@ -380,8 +380,8 @@ def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets,
 
     import train_policy
     from lm_human_preference_details.labels import OAI_PAD
-    from lm_human_preference_details.model import load_lm, load_model_dir
-    from lm_human_preference_details.tokenizer import load_tokenizer
+    from lm_human_preference_details.language.model import load_lm, load_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
 
     out = tmp_path / "run"
     new = "--rewards.train-new-model."

@@ -11,9 +11,9 @@ import torch
 
 import train_policy
 from benchmarks import speed
-from lm_human_preference_details.model import Policy, RewardModel, load_lm
+from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.optim import TF1Adam
-from lm_human_preference_details.ranks import Ranks
+from lm_human_preference_details.ranks.emulated import Ranks
 
 PAD = 50257
 

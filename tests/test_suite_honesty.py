@@ -46,7 +46,7 @@ def test_assert_one_line_error_refuses_an_empty_run_directory_and_a_touched_work
 
 PROBE = '''
 import os
-from lm_human_preference_details import files
+from lm_human_preference_details.utils import files
 
 def main(argv):
     print(argv, os.environ["LMHP_PROBE"], os.getcwd(), files.CACHE_DIR)
@@ -56,7 +56,7 @@ def main(argv):
 def test_in_process_gives_the_run_its_variables_directory_and_cache_then_gives_back_this_processs(tmp_path):
     from conftest import in_process
 
-    from lm_human_preference_details import files
+    from lm_human_preference_details.utils import files
 
     (tmp_path / "in_process_probe.py").write_text(PROBE)
     (tmp_path / "run").mkdir()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer, single_token
+from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer, single_token
+from lm_human_preference_details.utils.errors import UserError
 
 
 def test_pad_is_distinct_from_eos_and_outside_the_vocab(tokenizer, tiny_model_dir):
@@ -38,7 +38,7 @@ def test_encode_plain_reads_special_token_strings_as_text(tokenizer):
 def test_a_tokenizer_without_its_own_pad_gets_one_after_the_vocabulary(tmp_path, pad):
     """The Hub's gpt2 has no pad token, and a common recipe saves pad_token = eos_token (which would mask every
     <|endoftext|>): either way [PAD] is added, id 50257 (OAI encodings.py pads outside the vocabulary)."""
-    from lm_human_preference_details.tokenizer import gpt2_tokenizer
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 
     saved = gpt2_tokenizer()
     saved.pad_token = None if pad == "none" else saved.eos_token
@@ -49,7 +49,7 @@ def test_a_tokenizer_without_its_own_pad_gets_one_after_the_vocabulary(tmp_path,
 
 def test_a_tokenizer_that_pads_with_a_real_token_is_refused(tmp_path):
     # OAI encodings.py pads outside the vocabulary: a saved tokenizer whose pad token is '!' (id 0) would mask real text
-    from lm_human_preference_details.tokenizer import gpt2_tokenizer
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 
     saved = gpt2_tokenizer()
     saved.pad_token = "!"

@@ -18,7 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lm_human_preference_details.run_dir import LOCK, MARKER
+from lm_human_preference_details.run.directory import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = textwrap.dedent('''
@@ -26,19 +26,19 @@ INJECT = textwrap.dedent('''
     if os.environ.get("RANK") == "0" and os.environ.get("LMHP_TEST_INJECT"):
         what = os.environ["LMHP_TEST_INJECT"]
         if what == "main_first":  # any exception on process 0 inside main_first (the run-directory checks)
-            import lm_human_preference_details.run_dir as run_dir
+            import lm_human_preference_details.run.directory as run_dir
 
             def broken(*args, **kwargs):
                 raise RuntimeError("injected on process 0")
             run_dir.check_run_dir = broken
         elif what == "disk_full":  # every checkpoint write fails on process 0 (root ignores read-only modes)
-            import lm_human_preference_details.checkpoint as checkpoint
+            import lm_human_preference_details.run.checkpoint as checkpoint
 
             def full(state, path):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             checkpoint.write_state = full
         elif what == "tracker":  # the metrics file cannot be written on process 0 (a full disk)
-            import lm_human_preference_details.tracking as tracking
+            import lm_human_preference_details.run.tracking as tracking
 
             def full_log(self, metrics, step):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

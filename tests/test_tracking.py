@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from lm_human_preference_details.tracking import Tracker, keep_rows_before
+from lm_human_preference_details.run.tracking import Tracker, keep_rows_before
 
 
 def _tracker(run_dir, track=False, **kw):

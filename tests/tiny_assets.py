@@ -11,9 +11,9 @@ import json
 import random
 from pathlib import Path
 
-from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.offline import corpus, gpt2_tokenizer, tiny_gpt2
+from lm_human_preference_details.offline.task import corpus, gpt2_tokenizer, tiny_gpt2
+from lm_human_preference_details.utils.files import atomic_path
 
 
 def synthetic_labels(n: int, query_length: int, response_length: int, tokenizer, seed: int = 0) -> list[dict]:

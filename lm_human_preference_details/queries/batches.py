@@ -14,8 +14,8 @@ from typing import Sequence
 
 import torch
 
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.tokenizer import encode_plain
+from lm_human_preference_details.language.tokenizer import encode_plain
+from lm_human_preference_details.utils.errors import UserError
 
 
 def process_query(tokens: list[int], *, query_length: int, start_token: int | None, end_token: int | None,

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.utils.errors import UserError
 
 
 def reason(e: BaseException) -> str:

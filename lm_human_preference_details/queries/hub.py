@@ -15,11 +15,11 @@ from typing import Iterable, Sequence
 
 from huggingface_hub import constants
 
-from lm_human_preference_details import downloads
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.columns import check_row_count, parquet_rows
 from lm_human_preference_details.queries.columns import reason as _reason
 from lm_human_preference_details.queries.source import ParquetExport
+from lm_human_preference_details.utils import downloads
+from lm_human_preference_details.utils.errors import UserError
 
 # OAI fork lm_human_preferences/oaidatasets/books.py: load_dataset("bookcorpus", split=mode), data["text"]
 BOOKCORPUS = ParquetExport("bookcorpus/bookcorpus", "plain_text", "text", 74_004_228)

@@ -18,16 +18,16 @@ from typing import Iterable, Iterator
 
 import ftfy
 
-from lm_human_preference_details import files
-from lm_human_preference_details.downloads import OAI_URL, fetch, fetch_many, fetch_oai
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
-from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries.hub import BOOKCORPUS, export_files
 from lm_human_preference_details.queries.source import Request
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.queries.text_files import local_texts
+from lm_human_preference_details.utils import files
+from lm_human_preference_details.utils.downloads import OAI_URL, fetch, fetch_many, fetch_oai
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.progress import progress
 
 
 # ------------------------------------------------------------------------------------------ text cleaning

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer, single_token
 from lm_human_preference_details.queries.batches import empty_text, process_query
 from lm_human_preference_details.queries.columns import TextColumn, check_row_count
 from lm_human_preference_details.queries.hub import (
@@ -35,7 +35,7 @@ from lm_human_preference_details.queries.samplers import ColumnSource, TextSourc
 from lm_human_preference_details.queries.source import QuerySource, Request
 from lm_human_preference_details.queries.text_files import local_texts, read_local_texts
 from lm_human_preference_details.queries.tldr17 import TLDR, TLDR_FIELDS, read_hub_archive, read_local_archive
-from lm_human_preference_details.tokenizer import encode_plain, load_tokenizer, single_token
+from lm_human_preference_details.utils.errors import UserError
 
 
 def read_parquet(source: ColumnSource, column: str, *, cache_dir: str | os.PathLike | None = None,

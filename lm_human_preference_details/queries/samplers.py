@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Sequen
 import numpy as np
 import torch
 
-from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.language.tokenizer import encode_plain, single_token
 from lm_human_preference_details.queries.batches import (
     RankBatches,
     empty_text,
@@ -30,7 +30,7 @@ from lm_human_preference_details.queries.batches import (
 from lm_human_preference_details.queries.columns import TextColumn
 from lm_human_preference_details.queries.source import CorpusArchive, ParquetExport, QuerySource, Request
 from lm_human_preference_details.queries.streams import DEFAULT_WINDOW, RankStream
-from lm_human_preference_details.tokenizer import encode_plain, single_token
+from lm_human_preference_details.utils.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Optional, Sequence
 
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.batches import RankBatches
+from lm_human_preference_details.utils.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from typing import Iterable, TypeVar
 
 import numpy as np
 
-from lm_human_preference_details import files as cache_files
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.ranks import rank_seed
+from lm_human_preference_details.ranks.emulated import rank_seed
+from lm_human_preference_details.utils import files as cache_files
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import atomic_path
 
 DEFAULT_WINDOW = 1 << 17  # rows kept per rank between reshuffles: a books run draws 1954 * 64 = 125,056 per rank
 T = TypeVar("T")

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.queries.streams import seeded_shuffle
+from lm_human_preference_details.utils.errors import UserError
 
 
 def read_local_texts(path: str | os.PathLike) -> list[str]:

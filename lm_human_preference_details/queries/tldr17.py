@@ -16,14 +16,14 @@ from typing import Callable, Iterable, Iterator
 
 from filelock import FileLock
 
-from lm_human_preference_details import files as cache_files
-from lm_human_preference_details.errors import UserError
-from lm_human_preference_details.files import atomic_path
-from lm_human_preference_details.progress import progress
 from lm_human_preference_details.queries.columns import TextColumn, check_row_count
 from lm_human_preference_details.queries.columns import reason as _reason
 from lm_human_preference_details.queries.hub import hub_offline
 from lm_human_preference_details.queries.source import CorpusArchive, QuerySource
+from lm_human_preference_details.utils import files as cache_files
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.progress import progress
 
 # OAI fork lm_human_preferences/oaidatasets/tldr.py: load_dataset("webis/tldr-17", split=mode), data["body"];
 # the repo's data/ holds the corpus archive of Zenodo record 1043504, which the loading script read

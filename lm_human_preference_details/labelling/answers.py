@@ -1,0 +1,92 @@
+"""The online collection's requests and the durable record of every answer to them (online.py's).
+
+A request is keyed by where it was made: its batch of requests and its position in that batch. A resumed run makes
+the requests after its checkpoint again, the same ones (their queries and samples come from seeded generators), so an
+answer recorded under a request's key, with the same hash of its tokens, is that request's answer: it is used again,
+never asked again. The record, RUN/online/answers.jsonl, is one JSON line per answer, appended and fsynced before the
+answer counts anywhere (a label the page shows as saved is in it), so a kill -9 loses no given answer; a line cut
+short by a kill (no newline yet) was never acknowledged and is dropped when the record is opened again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from lm_human_preference_details.utils.errors import UserError
+
+UNKNOWN = object()  # no answer recorded for a request (None is an answer: the request was skipped)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One best-of-4 request: a query and four samples of the policy (token ids, the run's pads), made before
+    ``update`` as position ``position`` of batch ``batch``."""
+
+    batch: int
+    position: int
+    update: int
+    query: list[int]
+    samples: list[list[int]]
+
+    @property
+    def key(self) -> str:
+        return f"{self.batch}/{self.position}"
+
+    @property
+    def digest(self) -> str:
+        """A hash of the request's tokens: an answer is reused only for the very request it answered."""
+        return hashlib.sha256(json.dumps([self.query, self.samples]).encode()).hexdigest()[:32]
+
+    def as_dict(self) -> dict:
+        """The request in types a checkpoint holds (torch.load weights_only)."""
+        return {"batch": self.batch, "position": self.position, "update": self.update, "query": self.query,
+                "samples": self.samples}
+
+
+class AnswerRecord:
+    """RUN/online/answers.jsonl: {"key", "hash", "best"} a line (best null: skipped), append-only, fsynced per answer."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.answers: dict[str, tuple[str, Optional[int]]] = {}  # key -> (hash, best)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        complete = self._read() if path.is_file() else 0
+        self.file = open(path, "ab")
+        self.file.truncate(complete)  # drop a line a kill cut short: it was never acknowledged
+
+    def _read(self) -> int:
+        """Load the complete lines -> the length in bytes they take."""
+        data = self.path.read_bytes()
+        complete = data.rfind(b"\n") + 1
+        for number, line in enumerate(data[:complete].splitlines(), 1):
+            try:
+                record = json.loads(line)
+                self.answers[record["key"]] = (record["hash"], record["best"])
+            except (ValueError, KeyError, TypeError):
+                raise UserError(f"{self.path} line {number} is not an answer this run recorded; the file was changed: "
+                                "restore it or start a new run (--output-dir)") from None
+        return complete
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def get(self, request: Request):
+        """The answer recorded for ``request`` (an index, or None: skipped), or UNKNOWN."""
+        digest, best = self.answers.get(request.key, (None, None))
+        return best if digest == request.digest else UNKNOWN
+
+    def record(self, request: Request, best: Optional[int]) -> None:
+        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it."""
+        line = json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n"
+        self.file.write(line.encode())
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.answers[request.key] = (request.digest, best)
+
+    def close(self) -> None:
+        self.file.close()

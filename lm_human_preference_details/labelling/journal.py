@@ -1,0 +1,234 @@
+"""A labelling session's journal (label_session.py): the file of record, OUTPUT.session.jsonl.
+
+Line 1 is the session (its flags and every item's tokens and texts), then one line per choice (label, skip, undo),
+appended and fsynced before the page hears "saved". Replaying it gives the session's Decisions; every line is checked
+as it is replayed, so a journal edited by hand (or by another program) is one line naming its line number, never a
+session built on events this tool could not have written.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import synced_temporary
+
+VERSION = 1  # of the journal's format
+N_SAMPLES = 4  # best_of_4, the type of every label file OpenAI released
+
+
+def journal_path(output: Path) -> Path:
+    """The journal beside the label file ``output``."""
+    return output.with_name(output.name + ".session.jsonl")
+
+
+def is_int(value) -> bool:
+    """A JSON integer (bool is an int to Python, not to JSON)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_lists(value, count: Optional[int] = None) -> bool:
+    """A list of lists of ints (``count`` of them when given)."""
+    return (isinstance(value, list) and (count is None or len(value) == count)
+            and all(isinstance(x, list) and all(is_int(t) for t in x) for x in value))
+
+
+def header_problem(header) -> Optional[str]:
+    """Why ``header`` (line 1) is not a session's header, or None."""
+    if not isinstance(header, dict) or header.get("lmhp_label_session") != VERSION:
+        return "not a labelling session's header"
+    if not isinstance(header.get("output"), str) or not isinstance(header.get("flags"), dict):
+        return "no output name or flags"
+    items = header.get("items")
+    if not isinstance(items, list) or not items:
+        return "no items"
+    for i, item in enumerate(items):
+        texts = item.get("sample_texts") if isinstance(item, dict) else None
+        if not (int_lists([item.get("query")]) and int_lists(item.get("samples"), N_SAMPLES)
+                and isinstance(item.get("query_text"), str) and isinstance(texts, list) and len(texts) == N_SAMPLES
+                and all(isinstance(t, str) for t in texts)):
+            return f"item {i} is not a query with {N_SAMPLES} samples, as tokens and texts"
+    return None
+
+
+class Decisions:
+    """What the events of a journal decided: each item's label or skip, and each tab's undoable choices, in order."""
+
+    def __init__(self, n_items: int) -> None:
+        self.n_items = n_items
+        self.best: dict[int, int] = {}  # item -> chosen sample
+        self.skipped: set[int] = set()
+        self.history: dict[str, list[int]] = {}  # client -> the items it decided, oldest first
+
+    def after(self, event: dict) -> Decisions:
+        """The decisions once ``event`` is applied (self unchanged: the event is applied only once it is saved)."""
+        new = Decisions(self.n_items)
+        new.best, new.skipped = dict(self.best), set(self.skipped)
+        new.history = {client: list(items) for client, items in self.history.items()}
+        new.apply(event)
+        return new
+
+    def problem(self, event) -> Optional[str]:
+        """Why ``event`` is not one this tool could have written next, or None."""
+        if not isinstance(event, dict) or event.get("event") not in ("label", "skip", "undo"):
+            return "not a label, skip or undo"
+        item, client = event.get("item"), event.get("client")
+        if not isinstance(client, str):
+            return "no client"
+        if not is_int(item) or not 0 <= item < self.n_items:
+            return f"item {item!r} is not in 0..{self.n_items - 1}"
+        if event["event"] == "undo":
+            mine = self.history.get(client)
+            return None if mine and mine[-1] == item else f"an undo of item {item} that client {client!r} did not decide last"
+        if not self.is_open(item):
+            return f"item {item} was decided already"
+        best = event.get("best")
+        if event["event"] == "label" and not (is_int(best) and 0 <= best < N_SAMPLES):
+            return f"best {best!r} is not in 0..{N_SAMPLES - 1}"
+        return None
+
+    def apply(self, event: dict) -> None:
+        """Replay one event (checked by ``problem``)."""
+        item, client = event["item"], event["client"]
+        if event["event"] == "undo":
+            self.best.pop(item, None)
+            self.skipped.discard(item)
+            self.history[client].pop()
+            return
+        if event["event"] == "label":
+            self.best[item] = event["best"]
+        else:
+            self.skipped.add(item)
+        self.history.setdefault(client, []).append(item)
+
+    def is_open(self, item: int) -> bool:
+        return item not in self.best and item not in self.skipped
+
+
+class SessionJournal:
+    """A session's journal file, open and locked (flock) while the session runs: read once, then appended to."""
+
+    def __init__(self, path: Path, handle):
+        self.path, self.handle = path, handle
+
+    @classmethod
+    def lock(cls, output: Path) -> SessionJournal:
+        """The journal beside ``output``, opened (never through a link) and locked; one-line UserError when another
+        session holds it."""
+        path = journal_path(output)
+        try:
+            handle = os.fdopen(os.open(path, os.O_RDWR | os.O_NOFOLLOW), "r+b")
+        except OSError as e:
+            why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror
+            raise UserError(f"cannot open {path} ({why}); pass another --output") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(f"--output {output} is being labelled by another session (it holds {path.name}); "
+                            "use that page, or stop it first") from None
+        return cls(path, handle)
+
+    @classmethod
+    def write_new(cls, output: Path, header: dict) -> SessionJournal:
+        """A new journal of ``header`` alone, written whole under a temporary name and linked into place (refused if a
+        file appeared there meanwhile), then locked."""
+        path = journal_path(output)
+        tmp = synced_temporary(path, json.dumps(header).encode() + b"\n")
+        try:
+            os.link(tmp, path)  # link() never follows or replaces what is at path, a dangling link included
+        except FileExistsError:
+            raise UserError(f"{path} appeared while the items were sampled; pass another --output") from None
+        finally:
+            os.unlink(tmp)
+        fsync_dir(output.parent)
+        handle = open(path, "r+b")
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return cls(path, handle)
+
+    def read(self, output: Path) -> tuple[dict, list[dict], int]:
+        """The header, the events (each checked against those before it), and the byte length of the complete lines;
+        one-line UserError for a file that is not our journal of ``output``, naming the first line that is wrong."""
+        data = self.handle.read()
+        lines = data.split(b"\n")
+        complete = len(data) - len(lines[-1])  # the last piece has no newline: cut by a kill, or empty
+        header = parse_line(lines[0]) if complete else None
+        if not isinstance(header, dict) or header.get("lmhp_label_session") != VERSION:
+            raise UserError(f"{self.path} is not a labelling session's journal, so --output {output} is not ours to "
+                            "write; pass another --output")
+        if header.get("output") != output.name:
+            raise UserError(f"{self.path} is the journal of {header.get('output')}, not of {output.name}; pass another "
+                            "--output")
+        why = header_problem(header)
+        if why:
+            raise self.damaged(1, why, output)
+        decisions, events = Decisions(len(header["items"])), []
+        for number, line in enumerate(lines[1:-1], start=2):
+            event = parse_line(line)
+            why = "not JSON" if event is None else decisions.problem(event)
+            if why:
+                raise self.damaged(number, why, output)
+            decisions.apply(event)
+            events.append(event)
+        return header, events, complete
+
+    def damaged(self, number: int, why: str, output: Path) -> UserError:
+        return UserError(f"{self.path} line {number} is not an event this tool writes ({why}): the journal was "
+                         f"changed by hand or by another program; move {self.path.name} and {output.name} away, or "
+                         "pass another --output")
+
+    def cut_to(self, complete: int) -> None:
+        """Drop a last line cut by a kill: it was never acknowledged."""
+        if complete < os.fstat(self.handle.fileno()).st_size:
+            self.take_back(complete)
+
+    def append(self, event: dict) -> int:
+        """Write ``event`` as one line and fsync it -> the journal's length before it (for take_back); a line that
+        could not be written whole is taken back."""
+        line = json.dumps({**event, "time": round(time.time(), 3)}).encode() + b"\n"
+        fd = self.handle.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "the journal took part of the line")
+            os.fsync(fd)
+        except OSError:
+            self.take_back(end)  # a choice that was not saved leaves no line behind (the page says so)
+            raise
+        return end
+
+    def take_back(self, end: int) -> None:
+        """Cut the journal back to ``end`` bytes (shrinking a file needs no space)."""
+        os.ftruncate(self.handle.fileno(), end)
+        os.fsync(self.handle.fileno())
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def parse_line(line: bytes):
+    """One journal line's JSON (NaN and Infinity refused, as JSON has neither), or None."""
+    try:
+        return json.loads(line, parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def refuse_constant(name: str) -> None:
+    """json's hook for NaN, Infinity and -Infinity: not JSON, and not a number any field may hold."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new name in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

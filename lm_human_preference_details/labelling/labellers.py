@@ -1,0 +1,285 @@
+"""Who labels the online collection's requests (online.py): one interface, asynchronous where the labeller is.
+
+    submit(requests, record)   hand over requests (online_answers.Request); each answer is passed to ``record`` (which
+                               makes it durable) before it is handed back
+    poll(timeout)              -> the [(request, answer)] given since the last poll, waiting up to ``timeout`` seconds
+                               for one; an answer is the index of the best of the four samples, or None (skipped)
+    waiting_for()              -> where PPO's labels come from, for the line the run prints while it waits
+    close()                    stop what the labeller started
+
+gold and command answer each request as it is submitted (`AnswersAtOnce`); the page (`PageLabeller`) answers as
+people label.
+
+    gold      a task's gold scorer (the offline task's: offline.py): the sample with the highest gold score, ties to
+              the first, exactly as the offline task's label file was made (offline.make_labels)
+    command   a program of the user's (a judge model, a script): one JSON request a line on its standard input, one
+              answer a line on its standard output: the best index (0-3) or `skip` (docs/online.md)
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from lm_human_preference_details.labelling.answers import Request
+from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
+from lm_human_preference_details.labelling.session import PageItems
+from lm_human_preference_details.language.tokenizer import decode
+from lm_human_preference_details.utils.errors import UserError
+
+
+class AnswersAtOnce:
+    """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
+
+    ready: tuple = ()  # [(request, answer)] answered since the last poll
+
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        queries = torch.tensor([r.query for r in requests])  # [b, query_length]
+        samples = torch.tensor([r.samples for r in requests])  # [b, 4, response_length]
+        for request, best in zip(requests, self.label(queries, samples)):
+            self.answered(request, best, record)
+
+    def answered(self, request: Request, best: Optional[int], record: Callable[[Request, Optional[int]], None]) -> None:
+        record(request, best)
+        self.ready = (*self.ready, (request, best))
+
+    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int]]]:
+        ready, self.ready = self.ready, ()
+        return list(ready)
+
+    def close(self) -> None:
+        pass
+
+
+class GoldLabeller(AnswersAtOnce):
+    """A programmatic labeller: it answers every request at once."""
+
+    def __init__(self, tokenizer, gold_scores: Callable[[object, torch.Tensor], torch.Tensor]):
+        self.tokenizer, self.gold_scores = tokenizer, gold_scores
+
+    def label(self, queries: torch.Tensor, samples: torch.Tensor) -> list[Optional[int]]:
+        """[b, q] queries, [b, 4, r] truncated and padded samples -> b indices of the best sample."""
+        b, n, r = samples.shape
+        gold = self.gold_scores(self.tokenizer, samples.reshape(b * n, r)).view(b, n)  # [b, 4]
+        return [max(range(n), key=lambda i: (scores[i], -i)) for scores in gold.tolist()]
+
+    def waiting_for(self) -> str:
+        return "the gold scorer"
+
+
+class CommandLabeller(AnswersAtOnce):
+    """The user's program, started once and asked one request at a time; a program that dies, hangs past the
+    timeout or answers anything but an index or `skip` ends the run with one line (a checkpoint resumes it)."""
+
+    def __init__(self, command: str, tokenizer, timeout: float):
+        self.command, self.tokenizer, self.timeout = command, tokenizer, timeout
+        self.asked = 0
+        self.buffer = b""  # output read past the last answer line
+        try:
+            self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as e:
+            raise UserError(f"--online.command {command!r} cannot start ({e.strerror or e}); pass a program that "
+                            "runs") from None
+        atexit.register(self.close)
+
+    def label(self, queries: torch.Tensor, samples: torch.Tensor) -> list[Optional[int]]:
+        """[b, q] queries, [b, 4, r] truncated and padded samples -> b answers (an index, or None: skipped)."""
+        return [self.answer(query, four) for query, four in zip(queries.tolist(), samples.tolist())]
+
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        """Each request asked in turn, its answer recorded as it comes (a kill loses none the program gave)."""
+        for request in requests:
+            self.answered(request, self.answer(request.query, request.samples), record)
+
+    def answer(self, query: list[int], four: list[list[int]]) -> Optional[int]:
+        """One request asked: the query and its four samples as texts and tokens, without pads."""
+        pad = self.tokenizer.pad_token_id
+        query = [t for t in query if t != pad]
+        responses = [[t for t in s if t != pad] for s in four]
+        request = {"id": self.asked, "query": self.tokenizer.decode(query), "query_tokens": query,
+                   "responses": [self.tokenizer.decode(s) for s in responses], "response_tokens": responses}
+        return self.ask(request, len(four))
+
+    def waiting_for(self) -> str:
+        return f"--online.command {self.command!r}"
+
+    def ask(self, request: dict, n: int) -> Optional[int]:
+        """Send one request, read its answer line within the timeout."""
+        where = f"--online.command {self.command!r}, request {request['id']}"
+        try:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise UserError(f"{where}: the program has exited (status {self.process.wait()}); fix it, then --resume "
+                            "the run") from None
+        line = self.read_line(where)
+        self.asked += 1
+        answer = line.strip()
+        if answer == "skip":
+            return None
+        if answer.isdigit() and int(answer) < n:
+            return int(answer)
+        raise UserError(f"{where}: answered {answer[:60]!r}; an answer is the best index 0-{n - 1} or skip, one a line; "
+                        "fix the program, then --resume the run")
+
+    def read_line(self, where: str) -> str:
+        """The program's next line of output, or a UserError when it exits or stays silent past the timeout."""
+        deadline = time.monotonic() + self.timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while b"\n" not in self.buffer:
+                if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                    self.close(grace=0)  # a program that hangs is not waited for again
+                    raise UserError(f"{where}: no answer within {self.timeout:g} s (--online.timeout); fix the "
+                                    "program or raise --online.timeout, then --resume the run")
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                if not chunk:
+                    raise UserError(f"{where}: the program exited (status {self.process.wait()}) without an answer; "
+                                    "fix it, then --resume the run")
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace")
+
+    def close(self, grace: float = 5.0) -> None:
+        """End the program this labeller started: its input closed, then killed if it has not exited within
+        ``grace`` seconds."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=grace)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+
+# ---------------------------------------------------------------------------------------------------- the page
+# The labelling page (label_server.py's server, handler, Host/Origin checks and page; label_session.py's leases)
+# served from the training run itself, on a thread, over the requests as the run makes them. A choice is recorded
+# durably (the ``record`` the run gave: online_answers.AnswerRecord, fsynced) before the page is told it is saved; several
+# tabs label at once, each shown a request no other live tab is shown, and a request answered by one tab is refused
+# to the others. A choice is final: the run may have trained on it, so the page offers no undo.
+
+FLAGS = ("--online.host", "--online.port")
+IDLE = ("No request is open now: the run is sampling new ones, training, or has ended. This page looks for new "
+        "requests every 10 s.")
+
+
+def check_can_serve(host: str, port: int) -> None:
+    """A one-line UserError unless the page can be served on ``host``:``port`` (checked with the flags; the run binds
+    it again when it starts)."""
+    LabelServer(host, port, FLAGS).server_close()
+
+
+class OnlineSession(PageItems):
+    """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
+
+    ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
+
+    def __init__(self, tokenizer, task, record_path) -> None:
+        self.tokenizer, self.task = tokenizer, task
+        self.output = record_path  # where the answers go: the page names its directory when a disk is full
+        self.items: list[dict] = []  # each request as the page shows it, with the request
+        self.answers: dict[int, Optional[int]] = {}  # item -> best, None: skipped
+        self.ready: list[tuple[Request, Optional[int]]] = []  # answered since the run last asked
+        self.record: Callable[[Request, Optional[int]], None] = lambda request, best: None
+        super().__init__()
+        self.answered = threading.Condition(self.lock)
+
+    def add(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        texts = [(self.task.query_prefix + decode(self.tokenizer, r.query) + self.task.query_suffix,
+                  [decode(self.tokenizer, s) for s in r.samples]) for r in requests]  # decoded outside the lock
+        with self.lock:
+            self.record = record
+            self.items.extend({"request": r, "query_text": q, "sample_texts": s} for r, (q, s) in zip(requests, texts))
+
+    def take(self, timeout: float) -> list[tuple[Request, Optional[int]]]:
+        """The answers given since the last call, waiting up to ``timeout`` seconds for one."""
+        with self.answered:
+            if not self.ready and timeout > 0:
+                self.answered.wait(timeout)
+            ready, self.ready = self.ready, []
+            return ready
+
+    # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
+    def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
+        return self._answer(client, item, best)
+
+    def skip(self, client: str, item: int) -> tuple[bool, dict]:
+        return self._answer(client, item, None)
+
+    def undo(self, client: str) -> tuple[bool, dict]:
+        """Never: the run may have trained on the choice already."""
+        with self.lock:
+            return False, self._state(client)
+
+    # ------------------------------------------------------------------ inside the lock
+    def _answer(self, client: str, item: int, best: Optional[int]) -> tuple[bool, dict]:
+        """Record ``client``'s answer to ``item`` -> (recorded, state); refused when the item is answered already."""
+        with self.lock:
+            if item >= len(self.items) or item in self.answers:
+                return False, self._state(client)
+            request = self.items[item]["request"]
+            self.record(request, best)  # durable first: an OSError here answers "not kept", and nothing counts it
+            self.answers[item] = best
+            self.ready.append((request, best))
+            self.leases.release(client)
+            self.answered.notify_all()
+            return True, self._state(client)
+
+    def _is_open(self, item: int) -> bool:
+        return item not in self.answers
+
+    def _state(self, client: str) -> dict:
+        skipped = sum(best is None for best in self.answers.values())
+        item = self._next_item(client)
+        return {"item": item, "labelled": len(self.answers) - skipped, "skipped": skipped, "leased": self._leased(client),
+                "total": len(self.items), "can_undo": False, "output": str(self.output),
+                "message": None if item else IDLE}
+
+
+class PageLabeller:
+    """The page served on a thread of the run from its start to its end."""
+
+    def __init__(self, host: str, port: int, tokenizer, task, record_path) -> None:
+        self.session = OnlineSession(tokenizer, task, record_path)
+        self.server = LabelServer(host, port, FLAGS)
+        self.server.session = self.session
+        self.host = host
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                       name="labelling page", daemon=True)
+        self.thread.start()
+
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+        self.session.add(requests, record)
+
+    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int]]]:
+        return self.session.take(timeout)
+
+    def waiting_for(self) -> str:
+        return f"the labelling page: open {self.server.url()} ({who_can_reach(self.host)})"
+
+    def close(self) -> None:
+        """Stop serving: the page's next call finds no server."""
+        if self.thread.is_alive():
+            self.server.shutdown()
+        self.server.server_close()
+
+
+def make_labeller(online, tokenizer, task, task_hparams, directory: Path):
+    """The labeller --online.labeller names (``online``: OnlineHParams, checked) for ``task`` (a tasks.Task; its
+    hparams, ``task_hparams``, for the texts the page shows); ``directory``: RUN/online, where answers are recorded."""
+    if online.labeller == "gold":
+        return GoldLabeller(tokenizer, task.gold_scores)
+    if online.labeller == "page":
+        return PageLabeller(online.host, online.port, tokenizer, task_hparams, directory / "answers.jsonl")
+    return CommandLabeller(online.command, tokenizer, online.timeout)

@@ -1,0 +1,323 @@
+"""A labelling session (label.py): its items, its journal (label_journal.py) and the label file it writes.
+
+Two files, side by side:
+    OUTPUT                 the labels so far in OpenAI's best_of_4 schema (what --labels.source reads), rewritten
+                           atomically (a temporary, fsync, rename) after each choice: never half-written
+    OUTPUT.session.jsonl   the journal, the truth: a session killed at any point (kill -9 included) restarts from it,
+                           rewrites OUTPUT from it, and shows the same items
+A choice is kept only when both writes succeed: the journal's line is taken back when the label file cannot be
+rewritten (a full disk), so the page's "not saved" is true and the same command later continues the session.
+OUTPUT is ours only while our journal sits beside it and OUTPUT holds what that journal says; anything else at either
+path is the user's and is never written (docs/runs.md): a new label file is linked into place (never over anything),
+and each rewrite first checks that the file there is still the one this session wrote. Every method that changes the
+session holds one lock, so two browser tabs never label one item twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from lm_human_preference_details.labelling.journal import VERSION, Decisions, SessionJournal, fsync_dir, journal_path
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import cannot_write_in, remove_leftovers, synced_temporary
+
+# how long an item shown to one tab is kept from the others after that tab's last sign of life (the page says it is
+# alive every 10 s, label_page.html, and gives its item back when it closes)
+LEASE_S = 30.0
+
+
+def check_output_path(raw: str) -> Path:
+    """The label file named by --output, or a one-line UserError for a name that cannot be a file of ours."""
+    output = Path(raw).expanduser()
+    if raw.endswith(("/", os.sep)) or output.name in ("", ".", ".."):
+        raise UserError(f"--output {raw} names a directory; pass the path of a label file (JSON) to write, such as "
+                        f"{os.path.join(raw, 'labels.json')}")
+    return output
+
+
+def render(items: list[dict], best: dict[int, int]) -> bytes:
+    """The label file of the items labelled so far: OpenAI's records {query, sample0..3, best}, in item order."""
+    records = [{"query": items[i]["query"], **{f"sample{j}": s for j, s in enumerate(items[i]["samples"])}, "best": b}
+               for i, b in sorted(best.items())]
+    return json.dumps(records).encode()
+
+
+def identity(path: Path) -> tuple[int, int]:
+    """Which file is at ``path`` (device, inode), the link itself if it is one."""
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino
+
+
+def write_label_file(output: Path, data: bytes, previous: Optional[tuple[int, int]]) -> tuple[int, int]:
+    """Write the label file (a temporary, fsynced, then put in place) -> its identity. ``previous``: the identity of
+    the label file this session wrote last, replaced only if it is still the file there; None: a first write, linked
+    into place, so that it never replaces a file that appeared meanwhile."""
+    remove_leftovers(output.parent)
+    tmp = synced_temporary(output, data)
+    try:
+        if previous is None or not os.path.lexists(output):  # a first write, or the user removed the file
+            try:
+                os.link(tmp, output)  # never follows or replaces what is at output, a dangling link included
+            except FileExistsError:
+                raise UserError(f"--output {output} appeared while this session was writing it; it is not ours, and "
+                                "it was left as it is: move it away and run the same command") from None
+        else:
+            if identity(output) != previous:  # checked right before the write that replaces it
+                raise UserError(f"--output {output} was replaced by another program; it is left as it is and the "
+                                "choice is not kept: move it away and run the same command")
+            os.replace(tmp, output)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    written = identity(output)
+    try:
+        fsync_dir(output.parent)
+    except OSError:
+        pass  # the file is in place and the journal holds the choice durably: a restart catches a lost rename up
+    return written
+
+
+class Leases:
+    """Which item each tab is shown: kept from the other tabs until LEASE_S after that tab's last sign of life."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, its last sign of life)
+
+    def hold(self, client: str, item: int) -> None:
+        self.held[client] = (item, time.monotonic())
+
+    def renew(self, client: str) -> None:
+        if client in self.held:
+            self.hold(client, self.held[client][0])
+
+    def release(self, client: str) -> None:
+        self.held.pop(client, None)
+
+    def mine(self, client: str) -> Optional[int]:
+        return self.held[client][0] if client in self.held else None
+
+    def others(self, client: str, is_open) -> set[int]:
+        """The open items other live tabs hold (a closed tab's lease ends LEASE_S after its last sign of life)."""
+        now = time.monotonic()
+        return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
+
+
+class PageItems:
+    """What the page asks of a session that shows items to tabs (this module's LabelSession, the online run's
+    labellers.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
+    are still open (``_is_open``) and what the page is told (``_state``, called inside the lock)."""
+
+    items: list[dict]  # each with "query_text" and "sample_texts"
+
+    def __init__(self) -> None:
+        self.leases = Leases()
+        self.lock = threading.Lock()
+
+    def state(self, client: str) -> dict:
+        """The item to show ``client`` (None when no open item is free) and the session's progress."""
+        with self.lock:
+            return self._state(client)
+
+    def alive(self, client: str) -> None:
+        """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
+        with self.lock:
+            self.leases.renew(client)
+
+    def release(self, client: str) -> None:
+        """``client``'s tab closed: the item it was shown is free for the others at once."""
+        with self.lock:
+            self.leases.release(client)
+
+    # ------------------------------------------------------------------ inside the lock
+    def _is_open(self, item: int) -> bool:
+        raise NotImplementedError
+
+    def _state(self, client: str) -> dict:
+        raise NotImplementedError
+
+    def _next_item(self, client: str) -> Optional[dict]:
+        """The item this client holds if still open, else the first open item no live tab holds, as the page shows it
+        ({"index", "query", "samples"}); None when there is none."""
+        mine = self.leases.mine(client)
+        if mine is not None and self._is_open(mine):
+            self.leases.renew(client)
+            return self._shown(mine)
+        taken = self.leases.others(client, self._is_open)
+        for i in range(len(self.items)):
+            if self._is_open(i) and i not in taken:
+                self.leases.hold(client, i)
+                return self._shown(i)
+        self.leases.release(client)
+        return None
+
+    def _shown(self, i: int) -> dict:
+        return {"index": i, "query": self.items[i]["query_text"], "samples": self.items[i]["sample_texts"]}
+
+    def _leased(self, client: str) -> int:
+        """How many open items other live tabs hold."""
+        return len(self.leases.others(client, self._is_open))
+
+
+class LabelSession(PageItems):
+    """A session's items and decisions, its locked journal and its label file; thread-safe."""
+
+    def __init__(self, output: Path, journal: SessionJournal, header: dict, events: list[dict]):
+        self.output, self.journal, self.header = output, journal, header
+        self.items: list[dict] = header["items"]
+        self.decisions = Decisions(len(self.items))
+        for event in events:
+            self.decisions.apply(event)
+        self.written: Optional[tuple[int, int]] = None  # the label file this session wrote last (identity)
+        super().__init__()
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def resume(cls, output: Path, flags: dict) -> Optional[LabelSession]:
+        """The session whose journal sits beside ``output``, checked and locked; None when there is none (and ``output``
+        is free for a new one). One-line UserError for anything at these paths that is not ours, or another session's."""
+        path = check_no_link_or_directory(output)
+        if not path.exists():
+            if output.exists():
+                raise UserError(f"--output {output} exists and no labelling session wrote it (no {path.name} beside "
+                                "it); pass a new path: the tool never overwrites a file it did not write")
+            check_writable(output.parent)
+            return None
+        journal = SessionJournal.lock(output)
+        try:
+            header, events, complete = journal.read(output)
+            check_flags(header, flags, output)
+            session = cls(output, journal, header, events[:-1])
+            renders = [render(session.items, session.decisions.best)]  # before the last choice, and after it
+            for event in events[-1:]:
+                session.decisions.apply(event)
+                renders.append(render(session.items, session.decisions.best))
+            check_output_is_ours(output, journal.path, renders)
+        except UserError:
+            journal.close()
+            raise
+        journal.cut_to(complete)
+        if output.exists():
+            session.written = identity(output)
+        if session.written is None or output.read_bytes() != renders[-1]:
+            session.write_output()
+        return session
+
+    @classmethod
+    def create(cls, output: Path, flags: dict, items: list[dict]) -> LabelSession:
+        """A new session: its journal (SessionJournal.write_new), then an empty label file; a label file that appeared
+        meanwhile is left as it is, and the journal just written is removed."""
+        output.parent.mkdir(parents=True, exist_ok=True)
+        header = {"lmhp_label_session": VERSION, "output": output.name, "flags": flags, "items": items}
+        session = cls(output, SessionJournal.write_new(output, header), header, [])
+        try:
+            session.write_output()
+        except BaseException:
+            session.close()
+            os.unlink(session.journal.path)  # ours: written and locked by this process a moment ago
+            raise
+        return session
+
+    def close(self) -> None:
+        self.journal.close()
+
+    # ------------------------------------------------------------------ what the page asks
+    def progress_line(self) -> str:
+        """"12 of 100 items labelled, 1 skipped", for the terminal."""
+        with self.lock:
+            labelled, skipped = len(self.decisions.best), len(self.decisions.skipped)
+        return f"{labelled} of {len(self.items)} items labelled, {skipped} skipped"
+
+    def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
+        """Record ``client``'s choice of sample ``best`` for ``item`` -> (recorded, state). Refused (False) when the
+        item was decided already, by this tab or another."""
+        return self._decide({"event": "label", "item": item, "best": best, "client": client})
+
+    def skip(self, client: str, item: int) -> tuple[bool, dict]:
+        """Record that ``client`` skipped ``item`` (it is not offered again) -> (recorded, state)."""
+        return self._decide({"event": "skip", "item": item, "client": client})
+
+    def undo(self, client: str) -> tuple[bool, dict]:
+        """Take back ``client``'s last label or skip still in effect; the item is shown to it again -> (undone, state)."""
+        with self.lock:
+            mine = self.decisions.history.get(client)
+            if not mine:
+                return False, self._state(client)
+            item = mine[-1]
+            self._record({"event": "undo", "item": item, "client": client})
+            self.leases.hold(client, item)
+            return True, self._state(client)
+
+    # ------------------------------------------------------------------ inside the lock
+    def _decide(self, event: dict) -> tuple[bool, dict]:
+        with self.lock:
+            if self.decisions.problem(event) is not None:  # checked by the server: here, only a decided item
+                return False, self._state(event["client"])
+            self._record(event)
+            self.leases.release(event["client"])
+            return True, self._state(event["client"])
+
+    def _record(self, event: dict) -> None:
+        """Journal ``event`` durably and rewrite the label file; if either fails, neither keeps it."""
+        end = self.journal.append(event)
+        after = self.decisions.after(event)
+        try:
+            self.written = write_label_file(self.output, render(self.items, after.best), self.written)
+        except BaseException:
+            self.journal.take_back(end)
+            raise
+        self.decisions = after
+
+    def write_output(self) -> None:
+        """Rewrite the label file from the decisions."""
+        self.written = write_label_file(self.output, render(self.items, self.decisions.best), self.written)
+
+    def _is_open(self, item: int) -> bool:
+        return self.decisions.is_open(item)
+
+    def _state(self, client: str) -> dict:
+        return {"item": self._next_item(client), "labelled": len(self.decisions.best),
+                "skipped": len(self.decisions.skipped), "leased": self._leased(client), "total": len(self.items),
+                "can_undo": bool(self.decisions.history.get(client)), "output": str(self.output)}
+
+
+def check_flags(header: dict, flags: dict, output: Path) -> None:
+    """A session continues only with the flags that made its items."""
+    flags = json.loads(json.dumps(flags))  # as the journal holds them (tuples become lists)
+    differ = sorted(k for k in set(flags) | set(header["flags"]) if flags.get(k) != header["flags"].get(k))
+    if differ:
+        was = ", ".join(f"{k}={header['flags'].get(k)!r}" for k in differ)
+        raise UserError(f"--output {output} is a session made with {was}; pass the same flags to continue it, or "
+                        "another --output for a new one")
+
+
+def check_output_is_ours(output: Path, journal: Path, renders: list[bytes]) -> None:
+    """The label file holds what the journal's choices give (or, after a kill between the two writes, the choices but
+    the last), or is missing; else the user changed it, and it is theirs now."""
+    if output.exists() and output.read_bytes() not in renders:
+        raise UserError(f"--output {output} was changed since the labelling session wrote it; move it away (the "
+                        f"session rewrites it from {journal.name}) or pass another --output")
+
+
+def check_no_link_or_directory(output: Path) -> Path:
+    """Neither the label file nor its journal is a symbolic link or a directory -> the journal's path."""
+    path = journal_path(output)
+    for p in (output, path):
+        if p.is_symlink():
+            raise UserError(f"--output {output}: {p} is a symbolic link; the tool never writes through one: pass the "
+                            "path of a label file itself")
+    if output.is_dir() or path.is_dir():
+        raise UserError(f"--output {output} is a directory; pass the path of a label file (JSON) to write")
+    return path
+
+
+def check_writable(directory: Path) -> None:
+    """The label file's directory, or the nearest one that exists, is a directory this process can write in."""
+    existing = next(p for p in (directory.absolute(), *directory.absolute().parents) if p.exists())
+    if not existing.is_dir() or cannot_write_in(existing) is not None:
+        raise UserError(f"cannot write the label file in {directory} ({existing} is not a writable directory); pass "
+                        "an --output in a directory you can write")

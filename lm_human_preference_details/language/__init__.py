@@ -1,0 +1,11 @@
+"""The language model (the original's `language/`): GPT-2's tokens, its forward pass, and the policy and reward model
+built on any Hugging Face causal LM, with the models a flag can name.
+
+    tokenizer.py        GPT-2's byte-level BPE, plus a [PAD] outside its 50257 tokens
+    gpt2.py             GPT-2's forward over the real tokens only, and its KV cache
+    lm_head.py          the LM head's kernels: the sampling step and chunked log-probs
+    model.py            `Policy` and `RewardModel` with the original's semantics; saving and loading them
+    model_files.py      a model checked before it loads: its directory, its config
+    oai_checkpoints.py  OpenAI's released TensorFlow runs converted to our model directories
+    trained_models.py   a policy named by a flag (ours, oai:NAME, a TF run, a Hub model): checked, then loaded
+"""

@@ -1,0 +1,12 @@
+"""A run's life: the directory it owns, the checkpoints it saves and resumes from, the stops it agrees on, what it
+tracks and draws. The algorithm itself is the scripts'.
+
+    lifecycle.py  `Run`: enter the directory, start or resume, hand out updates, save, stop, log
+    directory.py  a run directory's rules and lock: whose it is, where a run may start, what --overwrite deletes
+    kinds.py      what a reward, policy, sample or label run is: its marker, entries, finished model
+    checkpoint.py what a training checkpoint holds; written in the background, checked and read back
+    signals.py    SIGTERM, SIGINT, SIGUSR1: every process stops after the same update
+    finite.py     the non-finite guard: a NaN ends the run before anything of it is saved
+    tracking.py   config.json, TensorBoard, metrics.jsonl, W&B with --track
+    plots.py      curves.png, and runs drawn over a baseline
+"""

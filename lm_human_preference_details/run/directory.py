@@ -1,0 +1,259 @@
+"""A run directory's rules and lock: whose a directory is (our marker), where a run may start, what --overwrite may
+delete (entries runs write, links as links, never an input of the run), and the lock a live run holds. The rules, with
+their reasons, are docs/runs.md's; tests/test_run.py and tests/test_nothing_lost.py test each. `RunDirectory` holds
+a run's directory for process 0: checks it, takes the lock, prepares it (leftovers, --overwrite, our marker), and
+removes what it made if the run fails before it starts; every process then checks that it sees the run as process 0
+does (`resume_point`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from lm_human_preference_details.run.checkpoint import CHECKPOINTS, CHECKSUMS, list_checkpoints
+from lm_human_preference_details.run.kinds import RUN_ENTRIES, RUN_KINDS
+from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import atomic_path, remove_leftovers, sha256_of
+
+MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
+# how long a process whose view of the run directory differs from process 0's looks again before the job ends: a file
+# system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
+SHARED_DIR_WAIT_S = 30.0
+
+
+def read_marker(run_dir: Path) -> Optional[dict]:
+    """Our marker's content, or None where there is none (or a foreign file of that name)."""
+    try:
+        marker = json.loads((Path(run_dir) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("kind") in RUN_KINDS else None
+
+
+def _described(standing: dict) -> str:
+    """A run directory's `RunDirectory.standing`, in words."""
+    if "unreadable" in standing:
+        return f"an unreadable directory ({standing['unreadable']})"
+    if standing["run"] is None:
+        return "no run"
+    where = (f", last checkpoint {standing['checkpoint']} (SHA256SUMS {str(standing['sums'])[:12]})"
+             if standing["checkpoint"] else ", no checkpoint")
+    return f"run {standing['run']}{where}{', a finished model' if standing['finished'] else ''}"
+
+
+def _is_run_entry(path: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> bool:
+    return any(path.match(pattern) for pattern in entries)
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def both_paths(path: str | Path) -> set[Path]:
+    """``path`` as written (absolute, links not followed) and where its links lead: a deletion in the first removes
+    the entry named, a deletion through a link would remove the second."""
+    path = Path(path).expanduser()
+    return {Path(os.path.abspath(path)), path.resolve()}
+
+
+def local_inputs(paths: Iterable[Optional[str]]) -> list[Path]:
+    """The inputs that are files or directories here (Hugging Face names, oai:NAME and URLs are not), each both as
+    written and with its links resolved (`both_paths`)."""
+    return [p for path in paths if path and Path(path).expanduser().exists() for p in sorted(both_paths(path))]
+
+
+def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: Iterable[Optional[str]] = ()) -> str:
+    """Every rule a run directory must pass before anything is written (module docstring, rules 1-3); writes nothing.
+
+    -> "fresh" (a new or empty directory), "resume" or "overwrite".
+    """
+    if not output_dir or not output_dir.strip():
+        raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
+    run_dir = Path(output_dir)  # expanded once by the flags' finalize (cli.expand_home)
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return "fresh"
+    if not run_dir.is_dir():
+        raise UserError(f"--output-dir {output_dir} is a file; pass a directory (it is made if missing)")
+    marker = read_marker(run_dir)
+    if marker is None:
+        example = sorted(p.name for p in run_dir.iterdir())[0]
+        raise UserError(f"--output-dir {output_dir} holds files that are not a run of this project (e.g. {example!r}); "
+                        "a run is never started over them: pass a new or empty directory")
+    if marker["kind"] != kind:
+        raise UserError(f"--output-dir {output_dir} holds a {marker['kind']} run, and this is a {kind} run: "
+                        f"pass another --output-dir")
+    if not (resume or overwrite):
+        again = ("--resume to continue it, or --overwrite to delete it and start again" if RUN_KINDS[kind].resumable
+                 else "--overwrite to replace it, or another --output-dir")
+        raise UserError(f"{output_dir} already holds a {kind} run; pass {again}")
+    if overwrite:
+        here = both_paths(run_dir)
+        for path in local_inputs(inputs):  # the input and the run directory, each as written and through its links
+            if any(_within(path, run) for run in here):
+                raise UserError(f"--overwrite would delete {path}, an input of this run, which lies in {output_dir}; "
+                                "pass another --output-dir")
+        if any(_within(Path.cwd().resolve(), run) for run in here):
+            raise UserError(f"--overwrite would delete the run in {output_dir}, which holds the current directory; "
+                            "pass another --output-dir")
+    return "resume" if resume else "overwrite"
+
+
+def clear_run(run_dir: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> None:
+    """Delete the entries a run wrote in ``run_dir`` (``entries``: its kind's, `RunKind.entries`; a policy run's own
+    reward run's only if it has our marker); the marker, the lock and every other file stay. A link is removed as a link,
+    never entered: what it points to stays."""
+    for entry in sorted(Path(run_dir).iterdir()):
+        if not _is_run_entry(entry, entries):
+            continue
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()
+        elif entry.name == "reward":  # a policy run's own reward run: its entries only
+            if read_marker(entry) is not None:
+                clear_run(entry)
+                for own in (MARKER, LOCK):
+                    (entry / own).unlink(missing_ok=True)
+                if not any(entry.iterdir()):
+                    entry.rmdir()
+        else:
+            shutil.rmtree(entry)  # removes links inside as links (rmtree never follows one)
+
+
+class DirectoryLock:
+    """An exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel releases it when the process ends."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(f"{self.path.parent} is in use by a live run ({holder}); wait for it to end, or pass "
+                            "another --output-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the lock
+            self.fd = None
+
+
+class RunDirectory:
+    """Process 0's hold on a run's directory while the run lives: `enter` checks it (rules 1-3), takes the lock and
+    prepares it, `resume_point` tells every process what it found; the run releases ``lock`` when it ends, after
+    `remove_if_empty` if it failed before it started."""
+
+    def __init__(self, output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: list[Optional[str]],
+                 say: Callable[[str], None]):
+        self.dir, self.kind, self.output_dir = Path(output_dir), RUN_KINDS[kind], output_dir
+        self.resume, self.overwrite, self.inputs, self.say = resume, overwrite, inputs, say
+        self.lock = DirectoryLock(self.dir)
+        self.made_dir = False
+        self.finished = False  # --resume found a finished model (RunKind.finished) to reuse
+
+    def enter(self) -> None:
+        """Check, lock and prepare the directory; what this run made goes if that fails (rule 5)."""
+        mode = check_run_dir(self.output_dir, self.kind.name, resume=self.resume, overwrite=self.overwrite,
+                             inputs=self.inputs)
+        try:
+            self._prepare(mode)
+        except BaseException:  # a full disk at the marker: what this run made goes (rule 5), as in Run.__exit__
+            if self.lock.fd is not None:  # the lock is ours: so are a bare marker and lock
+                self.remove_if_empty()
+            self.lock.release()
+            raise
+
+    def _prepare(self, mode: str) -> None:
+        """Take the lock, then clean, clear or mark the directory as ``mode`` says."""
+        self.made_dir = not self.dir.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        # re-read under the lock: another run may have started here since the check
+        if mode == "fresh" and any(p.name != LOCK for p in self.dir.iterdir()):
+            mode = check_run_dir(self.output_dir, self.kind.name, resume=self.resume, overwrite=self.overwrite,
+                                 inputs=self.inputs)
+        remove_leftovers(self.dir)
+        remove_leftovers(self.dir / "checkpoints")
+        finished = self.kind.finished
+        if mode == "resume" and finished and (self.dir / finished).is_dir():
+            self.say(f"resume: reusing the finished {self.kind.name} model {self.dir / finished}")
+            self.finished = True
+            return
+        if mode == "overwrite" or (mode == "resume" and finished):  # an unfinished reward run is trained again
+            self.say(f"{mode}: deleting the {'run' if mode == 'overwrite' else 'unfinished run'} in {self.dir} and "
+                     "starting again")
+            clear_run(self.dir, self.kind.entries)
+        elif mode == "fresh" and self.resume:
+            self.say(f"resume: {self.dir} holds no run yet; starting from the beginning")
+        if mode != "resume" or finished:
+            text = json.dumps({"kind": self.kind.name, "id": uuid.uuid4().hex[:12],
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "by": "lm-human-preference-details"}, indent=2)
+            with atomic_path(self.dir / MARKER) as tmp:  # never a half-written (0-byte) marker
+                tmp.write_text(text + "\n")
+
+    def standing(self) -> dict:
+        """Where the run in this directory stands, as this process sees it: its marker's id, whether it holds a
+        finished model (`RunKind.finished`), and the last checkpoint of a run that keeps them, with the sha256 of its
+        SHA256SUMS."""
+        finished = self.kind.finished
+        try:
+            marker = read_marker(self.dir)
+            found = list_checkpoints(self.dir) if self.kind.checkpoints else []
+            sums = found[-1] / CHECKSUMS if found else None
+            return {"run": marker and marker.get("id"), "finished": bool(finished and (self.dir / finished).is_dir()),
+                    "checkpoint": found[-1].name if found else None,
+                    "sums": sha256_of(sums) if sums is not None and sums.is_file() else None}
+        except OSError as e:  # still a view to compare: this process must reach the collective in resume_point
+            return {"run": None, "finished": False, "checkpoint": None, "sums": None,
+                    "unreadable": f"{type(e).__name__}: {e}"}
+
+    def resume_point(self, from_main: Callable[[dict], dict]) -> Optional[Path]:
+        """After `enter`, on every process: where the run stands as process 0 sees it (``from_main``: process 0's
+        `standing`, shared with every process), checked against this process's own view; -> the last checkpoint a
+        resumed policy run continues from (None: it starts from the beginning), and ``finished``.
+
+        A process that sees another run (node-local disks, or a relative --output-dir taken from each launcher's own
+        working directory) ends the job with one line, before anything trains: never a node that resumes alone.
+        """
+        seen = self.standing()
+        stands = from_main(seen)
+        deadline = time.monotonic() + SHARED_DIR_WAIT_S
+        while seen != stands and time.monotonic() < deadline:  # a shared file system may show process 0's writes late
+            time.sleep(0.5)
+            seen = self.standing()
+        if seen != stands:
+            raise UserError(f"--output-dir {self.output_dir} ({os.path.abspath(self.dir)} here) is not the same run "
+                            f"directory on every process: here {_described(seen)}, on process 0 {_described(stands)}; "
+                            "every node must see one run: pass an absolute --output-dir on a file system all nodes "
+                            "share (docs/checkpoints.md, \"Where a run stands\")")
+        self.finished = stands["finished"]  # process 0 kept a finished model (an unfinished one it cleared)
+        if self.finished or not (self.resume and self.kind.checkpoints):
+            return None
+        resume_from = self.dir / CHECKPOINTS / stands["checkpoint"] if stands["checkpoint"] else None
+        self.say(f"resume: continuing from {resume_from}" if resume_from else
+                 f"resume: {self.dir} holds no checkpoint yet; starting from the beginning")
+        return resume_from
+
+    def remove_if_empty(self, beside_others: bool = False) -> None:
+        """Rule 5: a run that failed before it started leaves nothing of its own behind. ``beside_others``: the caller
+        knows every other entry is someone else's (sample.py, before its samples), so our marker and lock go even then,
+        and no later --overwrite takes those entries for ours."""
+        if not self.dir.is_dir() or (not beside_others and any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir())):
+            return
+        for own in (MARKER, LOCK):
+            (self.dir / own).unlink(missing_ok=True)
+        if self.made_dir and not any(self.dir.iterdir()):
+            self.dir.rmdir()

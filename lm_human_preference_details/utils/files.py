@@ -1,0 +1,255 @@
+"""Files on disk: the cache directory that downloads and built assets live in, its build locks, and atomic writes.
+
+An atomic write goes to a temporary beside its target, named ``.lmhp-tmp~HOST~PID~NAME~XXXX`` (a name no user file
+has), and is renamed onto the target only when complete. A process killed half-way leaves that temporary behind;
+the next atomic write into the same directory removes it once its owner (same host, that pid) is gone.
+
+A cache entry (the offline task's assets, a download, a converted ``oai:`` model) is built once however many processes
+and nodes reach it: the builder holds the entry's lock (`cache_lock`), the others wait for it, polling, then find the
+entry built. A directory entry is published with ``replace=False``: a concurrent publish (a file system without
+locks) keeps the first one, and a reader never finds the directory missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from lm_human_preference_details.utils.torchrun import torchrun_rank
+
+CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
+TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
+BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
+HOST = socket.gethostname().replace("~", "-")
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# how a full disk reads where no errno comes with it: the C library's words (safetensors' SafetensorError quotes them),
+# and torch.save's RuntimeError (its zip writer checks how far a write got: "unexpected pos N vs M", "PytorchStreamWriter
+# failed writing file ...")
+FULL_MESSAGES = (*map(os.strerror, FULL_ERRNOS), "unexpected pos", "file write failed")
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says a write failed for want of space, whatever its class (OSError, torch's RuntimeError,
+    safetensors' SafetensorError): an OSError by its errno, any other exception by its message."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.errno in FULL_ERRNOS
+    return isinstance(error, Exception) and any(m in str(error) for m in FULL_MESSAGES)
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the process that made our temporary ``name`` (``PREFIX~HOST~PID~...``) has ended."""
+    parts = name.split("~")
+    if len(parts) < 4 or parts[1] != HOST or not parts[2].isdigit():
+        return False  # another machine's (a shared file system): not ours to judge
+    try:
+        os.kill(int(parts[2]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def cannot_write_in(directory: Path) -> str | None:
+    """Why this process cannot make an entry in the existing ``directory`` (the system's words), or None. A real probe,
+    a directory made and removed: os.access says yes to root on a read-only or special file system."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lmhp-write-check-", dir=directory))
+    except OSError as e:
+        return str(e.strerror or e)
+    return None
+
+
+def remove_leftovers(directory: str | os.PathLike) -> list[str]:
+    """Remove the temporaries that killed atomic writes left in ``directory``; put back a target whose
+    replacement never arrived. Only our own names are looked at; -> the names handled."""
+    directory = Path(directory)
+    handled = []
+    if not directory.is_dir():
+        return handled
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if not (name.startswith(TMP + "~") or name.startswith(OLD + "~")) or not _owner_gone(name):
+            continue
+        if name.startswith(OLD + "~"):
+            final = directory / "~".join(name.split("~")[3:])
+            if not final.exists():  # killed between the two renames: the previous version comes back
+                os.replace(entry, final)
+                handled.append(name)
+                continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:  # a file, or a link: removed itself, never what it points to
+            entry.unlink(missing_ok=True)
+        handled.append(name)
+    return handled
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike, is_dir: bool = False, replace: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; rename it onto ``final`` only if the block succeeds.
+
+    Nothing half-written is ever visible at ``final``: on any error the temporary is removed. ``replace=False`` (a
+    cache entry, the same whoever builds it): a ``final`` that exists by then, published by a concurrent writer, is
+    kept and this one dropped.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it owner-only; a renamed directory should not be
+    target = tmp if is_dir else tmp / final.name
+    try:
+        yield target
+        if not replace:
+            _publish_once(target, final)
+        elif is_dir and final.exists():
+            old = final.with_name(f"{OLD}~{HOST}~{os.getpid()}~{final.name}")
+            os.replace(final, old)
+            os.replace(target, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(target, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish_once(target: Path, final: Path) -> None:
+    """Rename ``target`` onto a ``final`` that does not exist; a directory that exists (or appears meanwhile) is kept.
+    A file is replaced as usual: a rename onto it is atomic, and a concurrent writer's copy is the same."""
+    if final.exists():
+        return
+    if not target.is_dir():
+        os.replace(target, final)
+        return
+    try:
+        os.rename(target, final)  # onto a non-empty directory it fails: the first publish stays whole
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+
+
+@contextlib.contextmanager
+def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
+    """Hold the build lock of the cache entry ``entry`` (``.lmhp-building~NAME`` beside it, flock) while the block
+    builds it. A process that finds it held waits, polling (never in a collective: the wait is as long as the build,
+    past NCCL's 10 minutes if need be), and says for whom once; the kernel drops a dead builder's lock. The holder
+    removes the lock file as it leaves. Where no lock can be taken (a read-only cache, a file system without locks)
+    the block runs unlocked."""
+    path = Path(entry).parent / f"{BUILDING}~{Path(entry).name}"
+    fd = _take(path, poll_s)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            path.unlink(missing_ok=True)  # before the lock is dropped: a waiter then finds its file gone, and retries
+            os.close(fd)
+
+
+def _take(path: Path, poll_s: float) -> int | None:
+    """An open descriptor of the lock file ``path``, flock-ed by this process; None where no lock can be taken."""
+    said = False
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
+            said = True
+            os.close(fd)
+            time.sleep(poll_s)
+            continue
+        except OSError:  # no locks on this file system (ENOLCK): replace=False publishes keep an entry whole
+            os.close(fd)
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a file its last holder removed while this process waited for it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {HOST}".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read a MiB at a time (downloads' sidecars, checkpoints' SHA256SUMS)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def synced_temporary(final: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file beside ``final`` (named as a write under way, so `remove_leftovers` knows it),
+    fsynced and readable as the umask allows (mkstemp makes it owner-only) -> its path, for the caller to link or
+    rename into place and then remove; a write that fails removes it."""
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+@contextlib.contextmanager
+def new_or_ours(final: str | os.PathLike, ours: Callable[[Path], bool]) -> Iterator[Path]:
+    """Yield a temporary path beside the file ``final``; when the block succeeds, put it at ``final`` only where no
+    entry has that name, or over a regular file that ``ours`` says this project wrote (docs/runs.md: never over a file
+    the project did not write, never through a link). The name is taken with a hard link, which fails if anything took
+    it since the check, so nothing that appears meanwhile is replaced. Else FileExistsError naming ``final``."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
+    target = tmp / final.name
+    try:
+        yield target
+        if not _take_name(target, final):
+            if final.is_symlink() or not final.is_file() or not ours(final):
+                raise FileExistsError(errno.EEXIST, "not a file this project wrote", str(final))
+            os.replace(target, final)  # a rename replaces the entry itself, never what a link points to
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _take_name(target: Path, final: Path) -> bool:
+    """Put ``target`` at ``final`` if no entry has that name (then True), never over one; False if one has."""
+    try:
+        os.link(target, final)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: claim the name exclusively, then rename onto the claim
+        try:
+            os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
+        except FileExistsError:
+            return False
+        os.replace(target, final)
+        return True
