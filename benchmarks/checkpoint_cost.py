@@ -29,7 +29,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lm_human_preference_details.language.model import Policy, save_model_dir
-from lm_human_preference_details.offline.task import gpt2_tokenizer
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.optim import TF1Adam
 from lm_human_preference_details.run.checkpoint import BackgroundSaver, save_checkpoint, training_state
 

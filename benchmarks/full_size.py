@@ -58,7 +58,7 @@ def build_assets(out: Path, rows: int, labels: int, small: bool, seed: int = 0) 
 
     from lm_human_preference_details.labels import OAI_PAD
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
-    from lm_human_preference_details.offline.task import tiny_gpt2
+    from lm_human_preference_details.offline.pretrain import tiny_gpt2
     from lm_human_preference_details.utils.files import atomic_path
 
     paths = {"model": out / "gpt2-shaped", "labels": out / "labels.json", "queries": out / "books.parquet"}

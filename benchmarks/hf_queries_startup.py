@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     args = parser.parse_args()
 
-    from lm_human_preference_details.offline.task import gpt2_tokenizer
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
     from lm_human_preference_details.queries import HFQuerySampler
     from lm_human_preference_details.tasks import TaskHParams
 

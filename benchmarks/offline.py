@@ -132,17 +132,19 @@ def final_policy_accuracy(run_dir: Path, n: int = 256, seed: int = 12345) -> flo
 @torch.no_grad()
 def best_of_four_accuracy(policy, score, tokenizer, task, n: int, seed: int) -> float:
     """How often ``score`` ([4n, q] queries, [4n, r] responses -> [4n]) picks the gold scorer's best of four samples of
-    ``policy``, on ``n`` held-out queries (offline.heldout_queries, the summary's ``seed``): requests drawn as the
+    ``policy``, on ``n`` held-out queries (offline_report.heldout_queries, the summary's ``seed``): requests drawn as the
     online collection draws them (truncated), labelled by the gold labeller; ties go to the first, as gold's."""
     from lm_human_preference_details.labelling.labellers import GoldLabeller
     from lm_human_preference_details.labelling.online import BEST_OF
-    from lm_human_preference_details.offline import task as offline
+    from lm_human_preference_details.offline import corpus as offline_corpus
+    from lm_human_preference_details.offline import report as offline_report
     from lm_human_preference_details.ppo import truncate_responses
 
-    queries = offline.heldout_queries(tokenizer, task, n, seed).repeat_interleave(BEST_OF, dim=0)  # [4n, q]
+    queries = offline_report.heldout_queries(tokenizer, task, n, seed).repeat_interleave(BEST_OF, dim=0)  # [4n, q]
     responses = policy.sample(queries, task.response_length, generator=torch.Generator().manual_seed(seed))["responses"]
     samples = truncate_responses(responses, task.truncate_token, task.truncate_after, tokenizer.pad_token_id)  # [4n, r]
-    gold = torch.tensor(GoldLabeller(tokenizer, offline.gold_scores).label(queries[::BEST_OF], samples.view(n, BEST_OF, -1)))
+    gold = GoldLabeller(tokenizer, offline_corpus.gold_scores).label(queries[::BEST_OF], samples.view(n, BEST_OF, -1))
+    gold = torch.tensor(gold)
     picks = score(queries, samples).view(n, BEST_OF).argmax(1)  # [n]
     return (picks == gold).double().mean().item()
 
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("extra", nargs="*", help="further train_policy.py flags, after --")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from lm_human_preference_details.offline.task import VERSION, offline_dir
+    from lm_human_preference_details.offline.assets import VERSION, offline_dir
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
     rows = {m: {s: run_seed(s, m, args.runs_dir, args.extra, args.reuse, args.final_queries) for s in args.seeds}

@@ -3,8 +3,8 @@
     python benchmarks/offline_assets.py            # build (minutes), then say whether the package's files match
     python benchmarks/offline_assets.py --write    # build and replace lm_human_preference_details/offline/assets/
 
-The recipe is `offline.build_assets` (the corpus, 1,280 pretraining steps, the shared row of the unused tokens,
-2,048 best-of-4 labels from the gold scorer); `offline.ship` keeps its model and labels compactly. The recipe is
+The recipe is `offline_assets.build_assets` (the corpus, 1,280 pretraining steps, the shared row of the unused tokens,
+2,048 best-of-4 labels from the gold scorer); `offline_assets.ship` keeps its model and labels compactly. The recipe is
 bit-identical on one machine with one thread count; another CPU or thread count may round differently, so a
 mismatch there says by how much the weights differ and how many labels changed.
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from safetensors.torch import load_file  # noqa: E402
 
-from lm_human_preference_details.offline import task as offline  # noqa: E402
+from lm_human_preference_details.offline import assets as offline_assets  # noqa: E402
 
 
 def compare(new: Path, old: Path) -> bool:
@@ -47,16 +47,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         built, shipped = Path(tmp) / "built", Path(tmp) / "shipped"
         built.mkdir()
-        offline.build_assets(built)
-        offline.ship(built, shipped)
-        if (offline.SHIPPED / "labels.json.gz").exists():
-            same = compare(shipped, offline.SHIPPED)
+        offline_assets.build_assets(built)
+        offline_assets.ship(built, shipped)
+        if (offline_assets.SHIPPED / "labels.json.gz").exists():
+            same = compare(shipped, offline_assets.SHIPPED)
             print("the package's assets are the recipe's" if same else "the package's assets differ from this build")
         if args.write:
-            offline.SHIPPED.mkdir(exist_ok=True)
+            offline_assets.SHIPPED.mkdir(exist_ok=True)
             for f in shipped.iterdir():
-                f.replace(offline.SHIPPED / f.name)
-            print(f"wrote {', '.join(sorted(p.name for p in offline.SHIPPED.iterdir()))} to {offline.SHIPPED}")
+                f.replace(offline_assets.SHIPPED / f.name)
+            print(f"wrote {', '.join(sorted(p.name for p in offline_assets.SHIPPED.iterdir()))} to {offline_assets.SHIPPED}")
 
 
 if __name__ == "__main__":

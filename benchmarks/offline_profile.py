@@ -5,7 +5,7 @@
     python benchmarks/offline_profile.py -- --ppo.total-episodes 640   # flags after -- go to train_policy.py
 
 Runs `train_policy.main` in this process with timers around the functions each phase is made of (and, with
---recipe, `offline.build_assets` first). A phase's seconds exclude the timed phases inside it. The floor of a phase
+--recipe, `offline_assets.build_assets` first). A phase's seconds exclude the timed phases inside it. The floor of a phase
 is the CPU time its passes over the 50,257-wide LM head would take at the measured matmul rate: 2 * d_model * 50,257
 FLOPs per row for the forward product h @ W.T, twice that for a backward pass (the gradients of h and of W); the
 rate is that of one [64, d_model] x [d_model, 50257] product, as lm_head.py runs it on a CPU, timed here first, per
@@ -37,7 +37,9 @@ import train_policy  # noqa: E402
 import train_reward  # noqa: E402
 from lm_human_preference_details import optim  # noqa: E402
 from lm_human_preference_details.language import lm_head, model  # noqa: E402
-from lm_human_preference_details.offline import task as offline  # noqa: E402
+from lm_human_preference_details.offline import assets as offline_assets  # noqa: E402
+from lm_human_preference_details.offline import pretrain as offline_pretrain  # noqa: E402
+from lm_human_preference_details.offline import task as offline_task  # noqa: E402
 from lm_human_preference_details.ranks import emulated as ranks  # noqa: E402
 
 IMPORTED = time.perf_counter()
@@ -116,11 +118,11 @@ def head_rate(d: int = 64, vocab: int = 50257, rows: int = 64, seconds: float = 
 
 def instrument(p: Profile) -> None:
     """The phases: the functions each part of the task is made of."""
-    p.wrap(offline, "build_assets", "recipe")
-    p.wrap(offline, "pretrain", "pretraining")
-    p.wrap(offline, "response_logprobs", "full-softmax steps")  # pretrain's second phase
-    p.wrap(offline, "make_labels", "best-of-4 labels")
-    p.wrap(offline, "ensure_offline_assets", "assets from the package")
+    p.wrap(offline_assets, "build_assets", "recipe")
+    p.wrap(offline_assets, "pretrain", "pretraining")
+    p.wrap(offline_pretrain, "response_logprobs", "full-softmax steps")  # pretrain's second phase
+    p.wrap(offline_assets, "make_labels", "best-of-4 labels")
+    p.wrap(offline_task, "ensure_offline_assets", "assets from the package")
     p.wrap(train_reward, "train", "reward model")
     p.wrap(train_reward, "reward_stats", "normalise (sampling)")
     p.wrap(train_reward, "label_loss", "forward")
@@ -132,7 +134,7 @@ def instrument(p: Profile) -> None:
     p.wrap(train_policy, "ppo_epochs", "PPO epochs")
     p.wrap(ranks.Ranks, "backward", "backward")
     p.wrap(optim.TF1Adam, "step", "Adam")
-    p.wrap(offline, "report", "report")
+    p.wrap(offline_task, "report", "report")
     p.count_head()
 
 
@@ -147,7 +149,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.recipe:
             (Path(tmp) / "recipe").mkdir()
-            offline.build_assets(Path(tmp) / "recipe")
+            offline_assets.build_assets(Path(tmp) / "recipe")
         with p.phase("run"):  # train_policy.py --task offline
             train_policy.main(["--task", "offline", "--output-dir", str(Path(tmp) / "run"), *args.extra])
     total = sum(r[0] for r in p.rows.values())

@@ -317,7 +317,8 @@ def benchmark_args(batch_size: int, micro_batch_sequences: int, bf16: bool = Fal
 def make_queries(batch_size: int, query_length: int) -> torch.Tensor:
     """[batch_size, query_length] sentiment-style queries (A4 query processing: after the first '.', up to the last '.',
     right-padded)."""
-    from lm_human_preference_details.offline.task import corpus, gpt2_tokenizer
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+    from lm_human_preference_details.offline.corpus import corpus
     from lm_human_preference_details.queries import process_query
 
     tokenizer = gpt2_tokenizer()
@@ -335,7 +336,7 @@ def make_queries(batch_size: int, query_length: int) -> torch.Tensor:
 
 def build_models(size: str, temperature: float, device: torch.device, seed: int) -> tuple[Policy, Policy, RewardModel]:
     """Policy, frozen reference (a copy of the policy) and reward model, randomly initialised GPT-2s of one size."""
-    from lm_human_preference_details.offline.task import tiny_gpt2
+    from lm_human_preference_details.offline.pretrain import tiny_gpt2
 
     policy = Policy(tiny_gpt2(seed, **SIZES[size]), PAD, temperature)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)

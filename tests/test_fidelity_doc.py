@@ -138,7 +138,8 @@ def test_every_cited_test_exists():
 
 
 GOOD_CELL = ("`lm_human_preference_details/ppo.py: kl_rewards`, `whiten_in_groups`; `train_policy.py: train` "
-             "(used by `rollout`; GPT-2: `language/gpt2.py: KVCache`, `packed_hidden`), `minibatch_indices`; `language/model.py`: `Policy`, "
+             "(used by `rollout`; GPT-2: `language/gpt2.py: KVCache`, `packed_hidden`), `minibatch_indices`; "
+             "`language/model.py`: `Policy`, "
              "`LMWithHead.lm_logits` (`n_vocab`), `last_real_indices`")
 
 

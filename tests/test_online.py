@@ -20,7 +20,8 @@ from lm_human_preference_details.labelling.labellers import AnswersAtOnce
 from lm_human_preference_details.labelling.online import Schedule
 from lm_human_preference_details.labels import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
-from lm_human_preference_details.offline import task as offline
+from lm_human_preference_details.offline import corpus as offline_corpus
+from lm_human_preference_details.offline import report as offline_report
 from lm_human_preference_details.run.checkpoint import list_checkpoints
 from lm_human_preference_details.run.directory import LOCK, MARKER, clear_run
 from lm_human_preference_details.run.kinds import RUN_KINDS
@@ -126,7 +127,7 @@ def environment(cache: Path) -> dict:
     # the closing report on 16 held-out queries, not 256: these tests read the run's labels, metrics and weights, and of
     # summary.json only that it was written (tests/test_offline.py checks the report at its real size)
     return {**os.environ, "LMHP_CACHE": str(cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-            "OMP_NUM_THREADS": "1", offline.HELDOUT_QUERIES_HOOK: "16"}
+            "OMP_NUM_THREADS": "1", offline_report.HELDOUT_QUERIES_HOOK: "16"}
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +149,9 @@ def metrics(run_dir: Path) -> list[dict]:
 def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
     tokenizer = gpt2_tokenizer()
     journal = online_run / "online" / "labels.json"
-    labels = load_best_of_n_labels(journal, n=4, query_length=offline.QUERY_LENGTH,
-                                   response_length=offline.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
-    gold = offline.gold_scores(tokenizer, labels["samples"].reshape(-1, offline.RESPONSE_LENGTH)).view(-1, 4)
+    labels = load_best_of_n_labels(journal, n=4, query_length=offline_corpus.QUERY_LENGTH,
+                                   response_length=offline_corpus.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
+    gold = offline_corpus.gold_scores(tokenizer, labels["samples"].reshape(-1, offline_corpus.RESPONSE_LENGTH)).view(-1, 4)
     assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
     updates = [r["update"] for r in json.loads(journal.read_text())]
     # l(0) + margin = 20 -> two batches of 16 requests before update 0; l(16) + margin = 8 + 40 * (1 - (1/2)^2) + 12

@@ -12,7 +12,9 @@ import random
 from pathlib import Path
 
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.offline.task import corpus, gpt2_tokenizer, tiny_gpt2
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.offline.corpus import corpus
+from lm_human_preference_details.offline.pretrain import tiny_gpt2
 from lm_human_preference_details.utils.files import atomic_path
 
 
