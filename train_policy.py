@@ -65,8 +65,8 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks.emulated import Ranks, seed_globals
-from lm_human_preference_details.run.checkpoint import fingerprint
 from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.identity import fingerprint
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task
 from lm_human_preference_details.utils.checks import check_at_least, check_in_range, check_positive, expand_home

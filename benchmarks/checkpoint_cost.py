@@ -31,7 +31,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from lm_human_preference_details.language.model import Policy, save_model_dir
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.optim import TF1Adam
-from lm_human_preference_details.run.checkpoint import BackgroundSaver, save_checkpoint, training_state
+from lm_human_preference_details.run.checkpoint import save_checkpoint, training_state
+from lm_human_preference_details.run.saver import BackgroundSaver
 
 
 def size(path: Path) -> int:

@@ -1,6 +1,6 @@
 # Sourced by benchmarks/slurm_*.sbatch (from the repository root): how a Slurm job stops before its time limit and
 # comes back. Not run on a Slurm cluster yet; its bash logic is tested with stand-ins for srun and scontrol
-# (tests/test_slurm_scripts.py).
+# (tests/benchmarks/test_slurm_scripts.py).
 #
 #   run_then_requeue COMMAND...
 # runs the training COMMAND in the background and waits for it, so that this batch shell takes Slurm's signals while

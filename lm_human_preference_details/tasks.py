@@ -234,7 +234,7 @@ def get_task(name: str) -> Task:
     if name in PRESETS:
         return PRESETS[name]()
     if name in EXTRA_TASKS:
-        # loaded by name, never imported: the package stays free of the offline demo (tests/test_layout.py)
+        # loaded by name, never imported: the package stays free of the offline demo (tests/repository/test_layout.py)
         module, function = EXTRA_TASKS[name].split(":")
         return getattr(importlib.import_module(module), function)()
     raise UserError(f"unknown --task {name!r}; choose one of {', '.join(TASK_NAMES)}")

@@ -13,16 +13,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import refused_in_process
-from label_helpers import (
+from helpers.labelling import (
+    FLAGS,
     RESPONSE_LENGTH,
     call,
+    expected_file,
+    fake_items,
     journal_items,
     label_command,
     read_labels,
     start_server,
     tiny_offline_cache,
 )
+from helpers.processes import refused_in_process
 
 from lm_human_preference_details import label
 from lm_human_preference_details.cli.parsing import parse_args
@@ -33,20 +36,6 @@ from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.utils import files
 from lm_human_preference_details.utils.checks import check_output_dir
 from lm_human_preference_details.utils.errors import UserError
-
-FLAGS = {"task_name": "offline", "seed": 1}
-
-
-def fake_items(n: int) -> list[dict]:
-    """``n`` items with distinct tokens: item i's query is [i, i, pad], its samples [10 i + j, pad]."""
-    return [{"query": [i, i, OAI_PAD], "samples": [[10 * i + j, OAI_PAD] for j in range(4)], "query_text": f"q{i}",
-             "sample_texts": [f"s{i}.{j}" for j in range(4)]} for i in range(n)]
-
-
-def expected_file(best: dict[int, int]) -> list[dict]:
-    """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items."""
-    return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b}
-            for i, b in sorted(best.items())]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The LM head's fast kernels: the sampling step and chunked log-probs that never hold all logits at once.
 
-Both compute exactly what the plain formulas give (tests/test_lm_head.py checks them against those): a categorical
+Both compute exactly what the plain formulas give (tests/language/test_lm_head.py checks them against those): a categorical
 draw from softmax(h @ W.T / T) with its log-prob (C1 plain sampling, C2 rollout log-probs and values), and log-probs and
 entropies of given tokens (C3 scoring slice).
 

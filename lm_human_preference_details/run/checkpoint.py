@@ -1,44 +1,33 @@
-"""What a training checkpoint holds, and how it is written and read back (when and where to save is run.py's).
+"""What a training checkpoint holds, and how it is written and read back.
 
 A checkpoint is one file, ``RUN/checkpoints/update_NNNNNNNN/state.pt``, written atomically after update N: the
 state_dict of every object the next update depends on (policy and value head, optimizer, KL controller, query
 sampler, and any object with ``state_dict``/``load_state_dict`` a caller adds), the global torch / CUDA / numpy /
 Python random generators, the tracker's W&B run id, the run's config and a fingerprint of the reward model. Resuming
 loads it into freshly built objects, so a resumed CPU run logs exactly the metrics of an uninterrupted one.
-`BackgroundSaver` writes it in a thread from a copy in CPU memory: the training loop waits only for the copy.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import hashlib
-import os
 import random
 import shutil
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
-from torch import nn
 
+from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
+from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import UserError
-from lm_human_preference_details.utils.files import atomic_path, disk_full, sha256_of
+from lm_human_preference_details.utils.files import atomic_path, disk_full
+from lm_human_preference_details.utils.progress import passed
 
-EVENTS = "LMHP_TEST_EVENTS"  # tests' hook (`event`): unset in every real run
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
-CHECKSUMS = "SHA256SUMS"  # beside state.pt, in sha256sum's format: `sha256sum -c SHA256SUMS` checks it by hand too
 RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what RunSaves.save writes, resume_checkpoint reads
-# options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
-# emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
-MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
-                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
-                        "world_size", "host", "port"}  # host, port: where the online page is served (online.py)
 
 
 # ----------------------------------------------------------------------------------------------- random generators
@@ -89,46 +78,6 @@ def load_state(obj: Any, state: Any) -> None:
         vars(obj).update(state)
 
 
-def fingerprint(module: nn.Module) -> str:
-    """A sha256 of a module's parameters and buffers: names which reward model a run trains against."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"ppo": {"lr": 1}} -> {"ppo.lr": 1}."""
-    out = {}
-    for k, v in config.items():
-        out.update(flat_config(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
-    return out
-
-
-def check_same_run(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """A resumed run must compute what the saved one did: only `MAY_CHANGE_ON_RESUME` options may differ."""
-    old, new = flat_config(saved), flat_config(current)
-    changed = sorted(k for k in old.keys() | new.keys()
-                     if old.get(k) != new.get(k) and k.split(".")[-1] not in MAY_CHANGE_ON_RESUME)
-    if changed:
-        shown = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
-        raise UserError(f"cannot resume: this run's options differ from the checkpoint's ({shown}); pass the same "
-                        "options, or --overwrite to start again")
-
-
-# ----------------------------------------------------------------------------------------------- tests' hook
-def event(text: str) -> None:
-    """Tests' hook, off unless $LMHP_TEST_EVENTS names a file: append ``text`` ("update N", "checkpoint-writing N") to
-    it as a line, then stop this process (SIGSTOP) until the test continues it (SIGCONT). A test (tests/test_run.py)
-    thus kills, stops or races a run at exactly that point, never after a guessed time."""
-    path = os.environ.get(EVENTS)
-    if path:
-        with open(path, "a") as f:
-            f.write(text + "\n")
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-
 # ----------------------------------------------------------------------------------------------- save and load
 def checkpoint_dir(run_dir: Path, update: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"update_{update:08d}"
@@ -145,51 +94,12 @@ def write_state(state: dict, path: Path) -> None:
     torch.save(state, path)
 
 
-def write_checksums(directory: Path) -> None:
-    """DIRECTORY/SHA256SUMS: the sha256 of each file in ``directory``, one ``HEX  NAME`` line each (sha256sum's)."""
-    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name != CHECKSUMS)
-    (Path(directory) / CHECKSUMS).write_text("".join(f"{sha256_of(p)}  {p.name}\n" for p in files))
-
-
 def fall_back(path: Path) -> str:
     """What to do about the damaged checkpoint ``path``: the checkpoint before it, or --overwrite."""
     earlier = [p for p in list_checkpoints(Path(path).parent.parent) if p.name < Path(path).name]
     if earlier:
         return f"delete {path} to resume from the checkpoint before it, {earlier[-1]}"
     return "no earlier checkpoint is kept (--keep-checkpoints): --overwrite starts the run again"
-
-
-def verify_checksums(path: Path) -> bool:
-    """Every file of the checkpoint ``path`` is named in its SHA256SUMS with its sha256, else a one-line UserError
-    naming the file and the checkpoint to fall back to; -> False when there is no SHA256SUMS to check (a checkpoint
-    saved before checksums were written, or one whose sums file was deleted: the caller says it is unverified)."""
-    sums = Path(path) / CHECKSUMS
-    if not sums.is_file():
-        return False
-    listed: dict[str, str] = {}
-    for number, line in enumerate(sums.read_text(errors="replace").splitlines(), 1):
-        digest, _, name = line.partition("  ")
-        if not name or len(digest) != 64 or name in listed:
-            raise UserError(f"checkpoint {path} is corrupt: line {number} of {sums} is not one `SHA256  NAME` of a file "
-                            f"named once; {fall_back(path)}")
-        listed[name] = digest
-    files = {p.name for p in Path(path).iterdir() if p.name != CHECKSUMS}
-    unnamed = sorted(files - set(listed))  # an empty SHA256SUMS names no file: state.pt is unnamed
-    if unnamed:
-        raise UserError(f"checkpoint {path} is corrupt: {sums} does not name {Path(path) / unnamed[0]}, so it cannot be "
-                        f"checked; {fall_back(path)}")
-    for name, digest in listed.items():
-        file = Path(path) / name
-        if not file.is_file() or sha256_of(file) != digest:
-            raise UserError(f"checkpoint {path} is corrupt: {file} does not match its sha256 in {sums}; {fall_back(path)}")
-    return True
-
-
-def unverified(path: Path) -> str:
-    """The line a checkpoint without SHA256SUMS is loaded with (docs/checkpoints.md: a warning, not a refusal)."""
-    return (f"warning: checkpoint {path} has no {CHECKSUMS}, so its files are loaded unverified (saved before "
-            f"checksums existed, or the file was deleted); if it may be damaged, delete {path} to resume from an "
-            "earlier checkpoint")
 
 
 @contextlib.contextmanager
@@ -218,7 +128,7 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     with save_errors(run_dir, path), atomic_path(path, is_dir=True) as tmp:
         write_state(state, tmp / STATE_FILE)
         write_checksums(tmp)  # verified by load_checkpoint: a flipped bit is never resumed from
-        event(f"checkpoint-writing {update}")  # written, not yet in place: a kill here leaves only a temporary
+        passed(f"checkpoint-writing {update}")  # written, not yet in place: a kill here leaves only a temporary
     for old in list_checkpoints(run_dir)[:-keep]:  # only after the new one is complete
         shutil.rmtree(old, ignore_errors=True)
     return path
@@ -228,7 +138,7 @@ def load_checkpoint(path: Path, expect: tuple[str, ...] = (), quiet: bool = Fals
     """Read a checkpoint written by `save_checkpoint`, its checksums verified; a corrupt one, or a file that is not a
     checkpoint holding the keys ``expect`` (`RESUMABLE` for a run's), is one line naming what to fall back to. One
     without checksums loads with a warning on stderr (unless ``quiet``: the processes other than 0)."""
-    if not verify_checksums(path) and not quiet:
+    if not verify_checksums(path, fall_back) and not quiet:
         print(unverified(path), file=sys.stderr, flush=True)
     try:
         state = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
@@ -263,134 +173,3 @@ def training_state(update: int, objects: Mapping[str, Any], **extra: Any) -> dic
     """What `save_checkpoint` writes: every object's state, the random generators, and ``extra`` values."""
     return {"update": update, "objects": {name: state_of(obj) for name, obj in objects.items()}, "rng": rng_state(),
             **extra}
-
-
-# ----------------------------------------------------------------------------------------------- background saves
-def copy_state(state: Any, into: Any = None, _copies: dict | None = None) -> Any:
-    """``state`` with every tensor copied to CPU memory: what a thread can write while training changes the original.
-
-    A tensor is copied into ``into``'s tensor at the same place when shape and dtype match (the previous save's copy,
-    so no fresh memory is taken per save); tensors that share memory (tied weights) are copied once and stay shared;
-    containers are rebuilt, other values deep-copied.
-    """
-    copies = {} if _copies is None else _copies
-    if torch.is_tensor(state):
-        key = (state.untyped_storage().data_ptr(), state.storage_offset(), state.shape, state.stride(), state.dtype)
-        if key not in copies:
-            reuse = torch.is_tensor(into) and into.shape == state.shape and into.dtype == state.dtype
-            if not reuse:  # page-locked memory for a GPU tensor: the copy is then a DMA transfer
-                into = torch.empty(state.shape, dtype=state.dtype, pin_memory=state.is_cuda)
-            copies[key] = into.copy_(state.detach())
-        return copies[key]
-    if isinstance(state, Mapping):
-        old = into if isinstance(into, Mapping) else {}
-        return {k: copy_state(v, old.get(k), copies) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        old = into if isinstance(into, (list, tuple)) and len(into) == len(state) else [None] * len(state)
-        return type(state)(copy_state(v, o, copies) for v, o in zip(state, old))
-    return copy.deepcopy(state)
-
-
-def cpu_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` in CPU memory, without gradients: the model a background save writes."""
-    clone = copy.deepcopy(module).requires_grad_(False)
-    for p in clone.parameters():
-        p.grad = None
-    return clone.to("cpu")
-
-
-class BackgroundSaver:
-    """Writes training checkpoints in a thread, which first copies the state to CPU memory; the training loop goes on.
-
-    `save` takes the state (`training_state`: live references to the weights and the optimizer's moments, snapshots
-    of everything else) and returns at once; the thread copies the tensors (on a GPU: on a stream of its own, into
-    page-locked memory), then writes. The loop may run whatever only reads the weights (the next update's rollout)
-    and must call `wait_copied` before anything changes them (the optimizer's first step). One write at a time:
-    `save` first waits for the write before it. A write that fails (a full disk) leaves the checkpoint before it
-    as the last good one, and its one-line error is raised on the main thread by the next `check`, `save` or `wait`.
-    ``models`` (name -> module): their saved directories are written from CPU copies whose tensors are the copied
-    ``objects[name]`` state (`save`'s ``write_models`` receives the copies).
-    """
-
-    def __init__(self, run_dir: Path, keep: int, models: Mapping[str, nn.Module] | None = None):
-        self.run_dir, self.keep = Path(run_dir), keep
-        self.models = {name: cpu_copy(module) for name, module in (models or {}).items()}
-        # the first copy of the state lands in the model copies' own tensors (tied weights stay tied)
-        self._state: Any = {"objects": {name: module.state_dict() for name, module in self.models.items()}}
-        self._thread: threading.Thread | None = None
-        self._copied = threading.Event()
-        self._copied.set()
-        self._error: BaseException | None = None
-
-    def save(self, update: int, state: dict,
-             write_models: Callable[[Mapping[str, nn.Module]], None] | None = None) -> Path:
-        """Copy ``state`` (`training_state`) to CPU memory and write it, in a thread, as the checkpoint after
-        ``update`` updates, followed by ``write_models(copies)``; -> the checkpoint's path once written."""
-        self.wait()
-        # a GPU's pending work (the last optimizer step) must finish before the thread's stream reads the weights
-        ready = ((torch.cuda.current_device(), torch.cuda.current_stream().record_event())
-                 if torch.cuda.is_initialized() else None)
-        self._copied.clear()
-        self._thread = threading.Thread(target=self._write, args=(update, state, write_models, ready),
-                                        name="checkpoint-writer")
-        self._thread.start()
-        return checkpoint_dir(self.run_dir, update)
-
-    def wait_copied(self) -> None:
-        """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors.
-
-        A copy or write that failed is not raised here, inside an update where the other torchrun processes may wait
-        in a collective, but at the update's end (`check`, `error`: run.py shares it with every process)."""
-        self._copied.wait()
-
-    def _copy(self, state: dict, ready: tuple[int, torch.cuda.Event] | None) -> None:
-        """The thread's first job: ``state``'s tensors into the CPU copies (on a GPU, on a stream of its own)."""
-        if ready is None:
-            self._state = copy_state(state, self._state)
-            return
-        device, event = ready
-        with torch.cuda.device(device):  # a new thread's current device is 0: the training process's GPU here
-            stream = torch.cuda.Stream()
-            stream.wait_event(event)
-            with torch.cuda.stream(stream):
-                self._state = copy_state(state, self._state)
-            stream.synchronize()
-
-    def _write(self, update: int, state: dict, write_models: Callable[[Mapping[str, nn.Module]], None] | None,
-               ready: tuple[int, torch.cuda.Event] | None) -> None:
-        try:
-            try:
-                self._copy(state, ready)
-            finally:
-                self._copied.set()  # the loop goes on (a failed copy is raised at the update's end)
-            save_checkpoint(self.run_dir, update, self._state, self.keep)  # the checkpoint first: it resumes a run
-            if write_models is not None:
-                write_models(self.models)
-        except BaseException as e:  # the main thread raises it (check / wait)
-            self._error = e
-
-    @property
-    def error(self) -> BaseException | None:
-        """The error of a write that failed, without raising it or waiting for one still under way."""
-        return self._error
-
-    def check(self) -> None:
-        """Raise the error of a write that failed, without waiting for one still under way."""
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
-    def wait(self) -> None:
-        """Wait for the write under way, then `check`."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.check()
-
-    def wait_quietly(self) -> None:
-        """Wait for the write under way and drop its error: when the training loop fails, its own error is the one to
-        show, and the checkpoint before stays the last good one."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self._error = None

@@ -1,6 +1,6 @@
 """A run directory's rules and lock: whose a directory is (our marker), where a run may start, what --overwrite may
 delete (entries runs write, links as links, never an input of the run), and the lock a live run holds. The rules, with
-their reasons, are docs/runs.md's; tests/test_run.py and tests/test_nothing_lost.py test each. `RunDirectory` holds
+their reasons, are docs/runs.md's; tests/run/test_directory.py and tests/e2e/test_user_files.py test each. `RunDirectory` holds
 a run's directory for process 0: checks it, takes the lock, prepares it (leftovers, --overwrite, our marker), and
 removes what it made if the run fails before it starts; every process then checks that it sees the run as process 0
 does (`resume_point`).
@@ -17,7 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from lm_human_preference_details.run.checkpoint import CHECKPOINTS, CHECKSUMS, list_checkpoints
+from lm_human_preference_details.run.checkpoint import CHECKPOINTS, list_checkpoints
+from lm_human_preference_details.run.checksums import CHECKSUMS
 from lm_human_preference_details.run.kinds import RUN_ENTRIES, RUN_KINDS
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import atomic_path, remove_leftovers, sha256_of

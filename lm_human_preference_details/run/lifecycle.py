@@ -24,9 +24,7 @@ from torch import nn
 
 from lm_human_preference_details.language.model import save_model_dir
 from lm_human_preference_details.run.checkpoint import (
-    BackgroundSaver,
     checkpoint_dir,
-    event,
     restore,
     resume_checkpoint,
     save_errors,
@@ -35,9 +33,10 @@ from lm_human_preference_details.run.checkpoint import (
 from lm_human_preference_details.run.directory import RunDirectory
 from lm_human_preference_details.run.kinds import RUN_KINDS, RunKind
 from lm_human_preference_details.run.plots import draw_curves
+from lm_human_preference_details.run.saver import BackgroundSaver
 from lm_human_preference_details.run.signals import Stopped, StopSignals, agree_after_update
 from lm_human_preference_details.run.tracking import Tracker
-from lm_human_preference_details.utils.progress import progress, write_above_progress
+from lm_human_preference_details.utils.progress import passed, progress, write_above_progress
 
 
 class RunSaves:
@@ -202,7 +201,7 @@ class Run:
         with StopSignals() as self.stop:  # the loop's stop: a wait inside an update may ask it (`stop.signum`)
             for update in self.progress:
                 yield update
-                event(f"update {update}")  # tests' hook: off in real runs
+                passed(f"update {update}")  # an audit event: a test may kill or stop the run exactly here
                 stopping = agree_after_update(self.ranks, self.stop, self._failure or self.saves.error)
                 done = update + 1
                 saved = None

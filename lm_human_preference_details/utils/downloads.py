@@ -2,7 +2,7 @@
 
 We keep this small downloader rather than `pooch`: `pooch.retrieve` neither retries nor re-checks a cached copy
 when no hash is known (OpenAI publishes none), and retries a 404 like a dropped connection; wrapping it to keep
-those behaviours (tests/test_downloads.py) would take as many lines as this module.
+those behaviours (tests/utils/test_downloads.py) would take as many lines as this module.
 """
 
 from __future__ import annotations

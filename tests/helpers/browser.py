@@ -1,0 +1,36 @@
+"""Debian's headless Chromium and its WebDriver, found once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def browser_paths() -> tuple[str, str]:
+    """Chromium and its WebDriver; a skip (outside CI) or a failure (CI=true) naming the fix when either is missing."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium and driver:
+        return chromium, driver
+    reason = "no chromium/chromedriver found: apt-get install chromium chromium-driver to run the browser test"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture()
+def browser():
+    chromium, driver_path = browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,760",
+                 "--proxy-server=direct://", "--disable-background-networking", "--lang=en-US"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()

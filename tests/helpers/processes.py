@@ -1,0 +1,150 @@
+"""Running the scripts as a user would: a real process (under torchrun too), or main(argv) in this process where a new
+interpreter would add only its imports."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import importlib
+import io
+import os
+import subprocess
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(script: Path | str, processes: int, *args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` on 1 process, or under `torchrun --standalone --nproc-per-node PROCESSES` (gloo), offline,
+    one CPU thread per process; it must succeed."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
+    result = subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, args)], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
+    """A policy run with --exact-ranks (4 emulated ranks) that trains its reward model first (2 batches of 16 labels),
+    then 2 PPO updates, a checkpoint after each (both kept), on 1 process (in this one, `in_process`) or under torchrun.
+    Two updates are the least that shows both promises: update 1 samples from weights that update 0 trained, and a
+    resume from the update-1 checkpoint (which reuses the finished reward model) has one update left to run. Both
+    phases in one run: a torchrun launch costs three interpreters' imports, more than a phase's own work."""
+    new = "--rewards.train-new-model."
+    args = ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train",
+            32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32, f"{new}normalize-samples", 32,
+            f"{new}eval-labels", 0, "--task.query-dataset", assets / "queries.txt", "--task.truncate-after", 8,
+            "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
+            "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
+            "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]
+    return in_process("train_policy.py", *args) if processes == 1 else launch("train_policy.py", processes, *args)
+
+
+def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tuple:
+    """``one()`` (a 1-process twin, in this process on one thread) while ``pair()`` (its torchrun pair, started in a
+    thread) runs beside it -> (one's result, pair's). The twin's single thread would leave a core idle while it ran
+    alone; the pair's workers spend their first seconds importing torch and transformers, and nothing here is timed.
+    The pair is awaited, whatever the twin does."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        started = thread.submit(pair)
+        return one(), started.result()
+
+
+def script_main(script: str | Path) -> Callable:
+    """The ``main`` that ``python SCRIPT`` (a path under the repository, benchmarks/ too) or ``python -m MODULE`` runs."""
+    if not str(script).endswith(".py"):
+        return importlib.import_module(str(script)).main
+    path = ROOT / script
+    sys.path.insert(0, str(path.parent))  # where `python SCRIPT` finds it and its imports (benchmarks/ for a benchmark)
+    try:
+        return importlib.import_module(path.stem).main
+    finally:
+        sys.path.remove(str(path.parent))
+
+
+@contextlib.contextmanager
+def as_a_new_process(env_extra: dict | None, cwd: Path | None) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """What a fresh interpreter started with ``env_extra`` in ``cwd`` would see, in this process, given back after:
+    the variables, the working directory, and `files.CACHE_DIR`, which a fresh process reads from $LMHP_CACHE at import
+    -> (its stdout, its stderr) as they are redirected."""
+    from lm_human_preference_details.utils import files
+
+    env = {name: str(value) for name, value in (env_extra or {}).items()}
+    saved_env, saved_cache, saved_cwd = {name: os.environ.get(name) for name in env}, files.CACHE_DIR, os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(env)
+        files.CACHE_DIR = Path(env["LMHP_CACHE"]) if "LMHP_CACHE" in env else files.CACHE_DIR
+        os.chdir(cwd or saved_cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
+    finally:
+        for name, value in saved_env.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+        files.CACHE_DIR = saved_cache
+        os.chdir(saved_cwd)
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """torch on one CPU thread (as OMP_NUM_THREADS=1 gives a new process), the count before given back after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def in_process(script: str | Path, *args, env_extra: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` on 1 process as `launch` runs it, but as ``main(argv)`` in this process: the same run bit
+    for bit (one CPU thread, as OMP_NUM_THREADS=1 gives), without a new interpreter's ~5 s of torch's and
+    transformers' imports. For the 1-process twin of a torchrun pair, and for a script whose command line another
+    test runs for real; the pair's own processes stay real. ``env_extra`` and ``cwd``: the variables and the working
+    directory the run sees (`as_a_new_process`). -> its stdout and stderr as `launch` gives them; it must succeed."""
+    main = script_main(script)
+    with single_thread(), as_a_new_process(env_extra, cwd) as (out, err):
+        main([str(a) for a in args])
+    return subprocess.CompletedProcess([script, *args], 0, out.getvalue(), err.getvalue())
+
+
+def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
+    """``python SCRIPT ARGV`` (or ``python -m MODULE ARGV`` when ``script`` is a package module's name) for a bad input
+    that ends at flag checking, as ``main(argv)`` under errors.run_main (its one line, its exit status) in this process,
+    with sys.argv as the interpreter sets it, in the working directory ``cwd`` with ``env_extra`` (`as_a_new_process`)
+    -> a CompletedProcess as `run` gives, its stderr with the warnings a new interpreter would print there (pytest would
+    otherwise keep them). A process of its own would only add imports: torch's, and transformers' again in each case
+    that reads a model."""
+    from lm_human_preference_details.utils.errors import run_main
+
+    main, sys_argv = script_main(script), sys.argv
+    sys.argv = [sys.modules[main.__module__].__file__, *map(str, argv)]  # the name tyro's messages give the command
+    try:
+        with as_a_new_process(env_extra, cwd) as (out, err), warnings.catch_warnings(record=True) as shown:
+            warnings.resetwarnings()  # then Python's own filters (`python -W` unset): these four categories stay silent
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            code = 0
+            try:
+                run_main(lambda: main(sys.argv[1:]))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+            except Exception:  # a bug: its traceback and status 1, as the interpreter ends on it
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = sys_argv
+    stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
+    return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)

@@ -1,0 +1,23 @@
+"""The tests' audit hook (PEP 578) on a run's `utils.progress.passed` events: where $LMHP_TEST_EVENTS names a file, each
+event is appended to it as a line and the process stops itself (SIGSTOP) until the test continues it (SIGCONT), so a
+test kills, stops or races a run at exactly that point. Installed in the test process by conftest.py and in the runs a
+test starts by this folder's sitecustomize.py (on their PYTHONPATH: helpers.events.events_env)."""
+
+import os
+import signal
+import sys
+
+EVENTS = "LMHP_TEST_EVENTS"
+PASSED = "lm_human_preference_details.passed"
+
+
+def _hook(name: str, args: tuple) -> None:
+    if name == PASSED and (path := os.environ.get(EVENTS)):
+        with open(path, "a") as f:
+            f.write(args[0] + "\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+if not getattr(sys, "_lmhp_events_hooked", False):  # an audit hook cannot be removed: add it once per process
+    sys.addaudithook(_hook)
+    sys._lmhp_events_hooked = True

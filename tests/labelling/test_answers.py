@@ -1,0 +1,222 @@
+"""Answers to the online collection's requests (online_answers.py) and the waiting loop (online.py): the record is
+append-only and survives a torn line; PPO waits for an asynchronous labeller's labels, saying so once; a resumed
+collection uses the recorded answers again and asks no labeller (the command labeller's program included) twice."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers.online import FakePolicy, FakeSampler
+
+from lm_human_preference_details.labelling import online as online_module
+from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
+from lm_human_preference_details.labelling.labellers import CommandLabeller
+from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile, Schedule
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.utils.errors import UserError
+
+
+def request(batch: int, position: int, token: int = 7) -> Request:
+    return Request(batch, position, 0, [token, 1], [[token, i] for i in range(4)])
+
+
+def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    log = AnswerRecord(path)
+    log.record(request(0, 0), 2)
+    first = path.read_bytes()
+    log.record(request(0, 1), None)  # a skip is an answer too
+    assert path.read_bytes().startswith(first) and path.read_bytes().count(b"\n") == 2  # appended, not rewritten
+    log.close()
+    with open(path, "ab") as f:
+        f.write(b'{"key": "0/2", "ha')  # a kill in the middle of a line
+    log = AnswerRecord(path)
+    assert len(log) == 2 and log.get(request(0, 0)) == 2 and log.get(request(0, 1)) is None
+    assert log.get(request(0, 2)) is UNKNOWN
+    assert log.get(request(0, 0, token=8)) is UNKNOWN  # the same key, other tokens: not its answer
+    log.record(request(0, 2), 3)
+    log.close()
+    assert [json.loads(line)["best"] for line in path.read_text().splitlines()] == [2, None, 3]
+
+
+def test_a_record_changed_by_hand_is_one_line(tmp_path):
+    (tmp_path / "answers.jsonl").write_text('{"key": "0/0", "hash": "x", "best": 1}\nnot json\n')
+    with pytest.raises(UserError, match="answers.jsonl line 2 is not an answer this run recorded"):
+        AnswerRecord(tmp_path / "answers.jsonl")
+
+
+class SlowLabeller:
+    """An asynchronous labeller: one answer per poll, every third a skip; counts what it was asked."""
+
+    def __init__(self):
+        self.queue: list[tuple[Request, object]] = []
+        self.record = None
+        self.asked: list[str] = []
+        self.given = 0
+        self.idle = 0
+
+    def submit(self, requests, record):
+        self.record = record
+        self.asked += [r.key for r in requests]
+        self.queue += requests
+
+    def poll(self, timeout=0.0):
+        if not self.queue:  # nothing asked: a run that waits now would wait forever
+            self.idle += 1
+            assert self.idle < 100, "the run waits for labels it never asked for"
+            return []
+        r = self.queue.pop(0)
+        best = None if self.given % 3 == 2 else 1
+        self.given += 1
+        self.record(r, best)  # durable before it is handed over, as the page does
+        return [(r, best)]
+
+    def waiting_for(self):
+        return "the slow labeller"
+
+    def close(self):
+        pass
+
+
+def collection(journal: Path, labeller, said: list[str]) -> OnlineCollection:
+    # l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38 before updates 0-3 of 16 episodes; margin 2
+    schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=0)
+    task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
+    online = OnlineCollection(schedule, OnlineLabelFile(journal), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
+                              lambda k, num_train: (f"model {k}", {}))
+    online.say = said.append
+    return online
+
+
+def test_ppo_waits_for_l_n_labels_from_a_labeller_that_answers_later(tmp_path, monkeypatch):
+    monkeypatch.setattr(online_module, "PROGRESS_S", 0.0)  # a progress line at each look
+    said: list[str] = []
+    online = collection(tmp_path / "labels.json", SlowLabeller(), said)
+    online.before_episode(0, FakePolicy(), (None, {}))
+    # requests go out a batch of 4 at a time while requests < l(0) + 2 = 10: 12; PPO goes on at 8 labels, not before
+    assert online.stats["online/labels"] == 8 and len(online.journal) == 8
+    # the labeller answered one request at each of the two looks between the three batches of requests
+    assert said[0] == "online: PPO waits before episode 0 for 8 labels (2 so far) from the slow labeller"
+    assert sum(line.startswith("online: PPO waits") for line in said) == 1 and said[-1].endswith("PPO goes on")
+    assert any(line.startswith("online: 5 of 8 labels") for line in said)  # progress as labels arrive
+    # 12 answers given for 8 labels: 4 skipped, each replaced by a new request (requests stay >= l(0) + 2)
+    assert online.labeller.given == 12 and online.stats["online/requests"] >= 10
+    assert online.stats["online/wait_time"] > 0
+    online.before_episode(1, FakePolicy(), (None, {}))
+    assert online.stats["online/labels"] == 22 and online.stats["online/pending"] == online.requests - 22
+
+
+def test_a_resumed_collection_answers_from_the_record_and_asks_nothing_twice(tmp_path):
+    """Checkpoint after update 0 with requests pending; answers given after it; then a 'kill' and a resume: the
+    labels given after the checkpoint come back from the record, the labeller is asked only what it never answered."""
+    first = SlowLabeller()
+    online = collection(tmp_path / "labels.json", first, [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    state = copy.deepcopy(online.state_dict())
+    assert state["pending"]  # requests out, not answered at the checkpoint
+    online.before_episode(1, FakePolicy(), (None, {}))
+    given = json.loads((tmp_path / "labels.json").read_text())  # 22 labels, 14 given after the checkpoint
+    online.answers.close()
+
+    second = SlowLabeller()
+    resumed = collection(tmp_path / "labels.json", second, [])
+    resumed.load_state_dict(state)
+    resumed.before_episode(1, FakePolicy(), (None, {}))
+    assert not set(second.asked) & set(first.asked[: first.given])  # nothing answered before is asked again
+    journal = json.loads((tmp_path / "labels.json").read_text())
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert {key(r) for r in given} <= {key(r) for r in journal}  # every label given is still there
+    assert len(journal) >= 22  # l(16) = 22; answers from the record come in all at once
+
+
+def test_the_command_labeller_is_not_asked_again_after_a_resume(tmp_path):
+    log = tmp_path / "asked.jsonl"
+    program = tmp_path / "judge.py"
+    program.write_text(f"""import json, sys
+for line in sys.stdin:
+    open({str(log)!r}, "a").write(line)
+    print("skip" if json.loads(line)["query_tokens"][0] % 5 == 0 else 2, flush=True)
+""")
+    tokenizer = gpt2_tokenizer()
+    command = f"{sys.executable} {program}"
+    online = collection(tmp_path / "labels.json", CommandLabeller(command, tokenizer, timeout=60), [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    state = copy.deepcopy(online.state_dict())
+    online.before_episode(1, FakePolicy(), (None, {}))
+    asked_before = len(log.read_text().splitlines())
+    given = (tmp_path / "labels.json").read_bytes()
+    online.labeller.close()
+    online.answers.close()
+
+    resumed = collection(tmp_path / "labels.json", CommandLabeller(command, tokenizer, timeout=60), [])
+    resumed.load_state_dict(state)
+    resumed.before_episode(1, FakePolicy(), (None, {}))
+    resumed.labeller.close()
+    assert len(log.read_text().splitlines()) == asked_before  # every answer came from the record
+    assert (tmp_path / "labels.json").read_bytes() == given
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_its_journal(tmp_path):
+    first = SlowLabeller()
+    online = collection(tmp_path / "labels.json", first, [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    given = json.loads((tmp_path / "labels.json").read_text())
+    online.answers.close()  # killed: no checkpoint to resume from, so the run starts from its beginning
+
+    second = SlowLabeller()
+    again = collection(tmp_path / "labels.json", second, [])
+    again.before_episode(0, FakePolicy(), (None, {}))
+    journal = json.loads((tmp_path / "labels.json").read_text())
+    assert journal[: len(given)] == given  # the same labels once, from the record, then those given now
+    assert len(journal) == len(given) + second.given - second.given // 3
+    assert not set(second.asked) & set(first.asked[: first.given])
+
+
+class NoAnswers(SlowLabeller):
+    """Nobody labels: requests are taken, never answered."""
+
+    def submit(self, requests, record):
+        self.asked += [r.key for r in requests]
+
+
+def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
+    import signal
+
+    from lm_human_preference_details.run.signals import Stopped
+
+    online = collection(tmp_path / "labels.json", NoAnswers(), [])
+    looks = []
+    online.stop_received = lambda: looks.append(1) or (signal.SIGTERM if len(looks) >= 3 else None)
+    with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
+        online.before_episode(0, FakePolicy(), (None, {}))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 3  # at the first look after the signal
+
+
+def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
+    from lm_human_preference_details.labelling.labellers import OnlineSession
+
+    task = SimpleNamespace(query_prefix="", query_suffix="")
+    session = OnlineSession(gpt2_tokenizer(), task, tmp_path / "answers.jsonl")
+    log = AnswerRecord(tmp_path / "answers.jsonl")
+    session.add([request(0, 0), request(0, 1)], log.record)
+    a, b = session.state("tab a")["item"]["index"], session.state("tab b")["item"]["index"]
+    assert {a, b} == {0, 1}  # each tab its own request
+    assert session.label("tab a", a, 3)[0] and not session.label("tab b", a, 1)[0]  # the second answer is refused
+    assert session.skip("tab b", b)[0] and session.state("tab a")["item"] is None
+    assert not session.undo("tab a")[0]  # final: the run may have trained on it
+    assert session.take(0) == [(request(0, a), 3), (request(0, b), None)]
+    assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
+
+
+def test_a_resumed_run_may_serve_its_page_elsewhere_but_not_ask_another_program():
+    from lm_human_preference_details.run.identity import check_same_run
+
+    saved = {"online": {"labeller": "page", "host": "127.0.0.1", "port": 8765, "command": None}}
+    check_same_run(saved, {"online": {**saved["online"], "host": "0.0.0.0", "port": 0}})  # the port was taken since
+    with pytest.raises(UserError, match="cannot resume"):
+        check_same_run(saved, {"online": {**saved["online"], "labeller": "command", "command": "judge"}})

@@ -1,0 +1,323 @@
+"""The paper's online data collection (online.py): the schedule at hand-computed points, the flags, and a small online
+run of the offline task with the gold labeller, uninterrupted and killed then resumed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.events import drive, events_env
+from helpers.online import FakePolicy, FakeSampler
+from helpers.processes import in_process
+
+from lm_human_preference_details.labelling.labellers import AnswersAtOnce
+from lm_human_preference_details.labelling.online import Schedule
+from lm_human_preference_details.labels import load_best_of_n_labels
+from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.offline import corpus as offline_corpus
+from lm_human_preference_details.offline import report as offline_report
+from lm_human_preference_details.run.checkpoint import list_checkpoints
+from lm_human_preference_details.run.directory import LOCK, MARKER, clear_run
+from lm_human_preference_details.run.kinds import RUN_KINDS
+from lm_human_preference_details.utils.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_labels_wanted_is_the_papers_formula_at_hand_computed_points():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
+    # l(n) = 100 + 400 * (1 - (1 - n / 1000)^2)
+    assert s.labels_wanted(0) == 100
+    assert s.labels_wanted(250) == pytest.approx(100 + 400 * (1 - 0.75**2))  # 275
+    assert s.labels_wanted(500) == pytest.approx(400)
+    assert s.labels_wanted(1000) == 500
+
+
+def test_requests_go_out_while_fewer_than_l_n_plus_the_margin():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
+    assert s.should_request(1099, 0) and not s.should_request(1100, 0)
+    assert s.should_request(1399, 500) and not s.should_request(1400, 500)
+    assert not Schedule(100, 500, 1000, margin=0, retrainings=3).should_request(100, 0)
+
+
+def test_trainings_happen_at_evenly_spaced_values_of_l_n():
+    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=0, retrainings=3)
+    assert s.training_points() == [100, 200, 300, 400]
+    # l(n) = 200 where (1 - n / 1000)^2 = 0.75: n = 1000 * (1 - sqrt(0.75)) = 133.97
+    assert s.trainings_due(0) == 1 and s.trainings_due(133) == 1 and s.trainings_due(134) == 2
+    assert s.trainings_due(999) == 4  # the last a step short of N_r: l(n) reaches 500 only after the last episode
+    assert [s.training_labels(k, batch_size=32) for k in range(4)] == [96, 192, 288, 384]  # whole batches
+    paper = Schedule(initial_labels=1000, final_labels=20000, total_episodes=10**6, margin=1000, retrainings=19)
+    assert len(paper.training_points()) == 20 and paper.training_points()[1] == 1950
+    assert Schedule(100, 100, 1000, margin=0, retrainings=19).training_points() == [100]  # the offline limit
+
+
+def online_args(*flags: str, task: str = "offline"):
+    import train_policy
+
+    args = train_policy.build_args(task)
+    return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--online.num-labels", "100"], "--online.num-labels"),  # fewer than N_r^0 (1536)
+    (["--online.num-labels", "2048", "--online.labeller", "human"], "--online.labeller 'human'"),
+    (["--online.num-labels", "2048", "--online.margin", "-1"], "--online.margin"),
+    (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
+    (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
+    (["--online.num-labels", "2048", "--online.timeout", "0"], "--online.timeout is 0"),
+])
+def test_bad_online_flags_are_one_line_each(flags, message):
+    with pytest.raises(UserError, match=message):
+        online_args(*flags)
+    assert not online_args().online.enabled  # off by default
+
+
+def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
+    import train_policy
+
+    args = train_policy.build_args("sentiment")
+    args.online.num_labels = 10**6
+    with pytest.raises(UserError, match="--online.labeller gold needs a task with a gold scorer"):
+        args.finalize(check_inputs=False)
+
+
+def test_the_offline_online_preset_is_the_offline_task_online_with_a_quarter_of_its_labels_first(capsys):
+    import train_policy
+    from lm_human_preference_details.cli.parsing import parse_args
+
+    offline_args, online = train_policy.build_args("offline"), train_policy.build_args("offline-online")
+    total = offline_args.rewards.train_new_model.labels.num_train  # the labels the offline task trains on
+    assert (total, online.online.num_labels, online.rewards.train_new_model.labels.num_train) == (1536, 1536, 384)
+    assert online.online.labeller == "gold" and online.online.margin == 64 and online.online.retrainings == 19
+    assert not offline_args.online.enabled
+    # everything else is the offline preset's
+    online.online, online.task_name = offline_args.online, "offline"
+    online.rewards.train_new_model.labels.num_train = total
+    assert online == offline_args
+    assert online_args(task="offline-online").online.num_labels == 1536  # its flags check
+    with pytest.raises(SystemExit):
+        parse_args(train_policy.build_args, "train_policy", ["--task", "offline-online", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "offline-online" in shown and "(default: 1536)" in shown
+
+
+# 2 updates of 16 episodes (2 emulated ranks: whitening groups of 8), N_r^0 = 8, N_r = 48, margin 12, 1 + 1 trainings
+# in the reward model's batches of 8 (the offline preset's): the least that still has two request batches before each
+# update (a kill between them finds a journal written), a retraining between the updates, and several reward batches
+# in it
+SMALL = ["--task", "offline", "--ppo.total-episodes", "32", "--ppo.batch-size", "16", "--num-ranks", "2",
+         "--save-interval", "1", "--sample-print-interval", "100",
+         "--rewards.train-new-model.labels.num-train", "8", "--rewards.train-new-model.normalize-samples", "16",
+         "--rewards.train-new-model.rollout-batch-size", "16", "--rewards.train-new-model.eval-labels", "8",
+         "--online.num-labels", "48", "--online.retrainings", "1", "--online.margin", "12"]
+
+
+def policy_command(run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train_policy.py"), *SMALL, "--output-dir", str(run_dir), *extra]
+
+
+def environment(cache: Path) -> dict:
+    # the closing report on 16 held-out queries, not 256: these tests read the run's labels, metrics and weights, and of
+    # summary.json only that it was written (tests/offline/test_task.py checks the report at its real size)
+    return {**os.environ, "LMHP_CACHE": str(cache), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+            "OMP_NUM_THREADS": "1", offline_report.HELDOUT_QUERIES_HOOK: "16"}
+
+
+@pytest.fixture(scope="module")
+def online_run(tmp_path_factory, offline_cache) -> Path:
+    """The small run (SMALL), uninterrupted, as users start it (`python train_policy.py`); seconds: a model load, two
+    reward trainings, two PPO updates and the offline task's closing evaluation."""
+    run_dir = tmp_path_factory.mktemp("online") / "run"
+    result = subprocess.run(policy_command(run_dir), capture_output=True, text=True, env=environment(offline_cache),
+                            cwd=run_dir.parent, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(w in k for w in ("time", "fps", "elapsed"))} for r in rows]
+
+
+def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
+    tokenizer = gpt2_tokenizer()
+    journal = online_run / "online" / "labels.json"
+    labels = load_best_of_n_labels(journal, n=4, query_length=offline_corpus.QUERY_LENGTH,
+                                   response_length=offline_corpus.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
+    gold = offline_corpus.gold_scores(tokenizer, labels["samples"].reshape(-1, offline_corpus.RESPONSE_LENGTH)).view(-1, 4)
+    assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
+    updates = [r["update"] for r in json.loads(journal.read_text())]
+    # l(0) + margin = 20 -> two batches of 16 requests before update 0; l(16) + margin = 8 + 40 * (1 - (1/2)^2) + 12
+    # = 50 -> two more batches, 64, before update 1
+    assert updates == [0] * 32 + [1] * 32
+    rows = metrics(online_run)
+    assert [r["online/requests"] for r in rows] == [32, 64] and [r["online/pending"] for r in rows] == [0] * 2
+    assert [r["online/labels_wanted"] for r in rows] == [8, 38]
+    assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 8 and 28: <= l(0) = 8, <= l(16) = 38
+    # each training: the journal's first labels, whole batches of 8, a seed of its own (a new random head)
+    for k, num_train in enumerate([8, 24]):  # 28 // 8 * 8 = 24
+        config = json.loads((online_run / "online" / f"reward_{k:02d}" / "config.json").read_text())
+        assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(journal)
+        assert config["seed"] == 1 + k
+        assert rows[k]["online/retraining/labels"] == num_train
+        assert 0 <= rows[k]["online/retraining/heldout_accuracy"] <= 1 and rows[k]["online/retraining/loss"] > 0
+    assert json.loads((online_run / "summary.json").read_text())["trained/kl"] > 0
+
+
+def test_overwrite_deletes_all_that_an_online_run_wrote(online_run, tmp_path):
+    """--overwrite deletes only the entries runs write (run_kinds.RUN_ENTRIES): an online run's online/ (its journal
+    and reward trainings) is one, so a run started again over it begins with no labels of the last one."""
+    copy = tmp_path / "run"
+    shutil.copytree(online_run, copy, symlinks=True)
+    assert (copy / "online" / "labels.json").is_file()
+    clear_run(copy, RUN_KINDS["policy"].entries)
+    kept = sorted(name for name in os.listdir(online_run) if name in (MARKER, LOCK))  # the lock file, if it stays
+    assert MARKER in kept and sorted(os.listdir(copy)) == kept
+
+
+# Where each case kills the run (SIGKILL) before it is resumed, as events of the run's hook (helpers.events); "A | B":
+# event B right after A. The small run's events: online-request 1, 2; training 0's batch, update 0; the policy's update 0;
+# checkpoint-writing 1; online-request 3, 4; training 1's batches, update 0..2; the policy's update 1; ... With each
+# kill point, what the kill left (what_is_left): the checkpoints, the answers recorded, the journal's records, the
+# trainings with a saved model. A request batch's answers reach the journal after its event.
+KILLS = {
+    # while requests are labelled, between two request batches: before the first checkpoint (a resume finds none,
+    # cuts the journal back and starts again), then before update 1 (the journal past checkpoint 1's 32 labels)
+    "labelling": [("online-request 2", ([], 32, 16, [])),
+                  ("online-request 4", (["update_00000001"], 64, 48, ["reward_00"]))],
+    # the second training's first batch
+    "retraining": [("online-request 4 | update 0", (["update_00000001"], 64, 64, ["reward_00"]))],
+    # the policy's update 1 done, not yet saved
+    "ppo": [("update 2 | update 1", (["update_00000001"], 64, 64, ["reward_00", "reward_01"]))],
+}
+
+
+def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
+    """Run (or --resume) the small online run with the events hook on, SIGKILL it at the event ``at``."""
+    events = run_dir.parent / f"events_{at.replace(' ', '_')}"
+    process = subprocess.Popen(policy_command(run_dir, *(["--resume"] if resume else [])), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=events_env(events, env),
+                               cwd=run_dir.parent)
+    seen: list[str] = []
+
+    def act(event: str) -> None:
+        seen.append(event)
+        if " | ".join(seen[-2:]) == at or (" | " not in at and event == at):
+            os.kill(process.pid, signal.SIGKILL)
+
+    code, _ = drive(process.pid, events, act)
+    assert code == -signal.SIGKILL, f"not killed at {at!r}; events {seen}"
+
+
+def what_is_left(run_dir: Path) -> tuple[list[str], int, int, list[str]]:
+    """A killed run's directory: its checkpoints, the answers recorded (online/answers.jsonl), the journal's records,
+    the online trainings with a saved model."""
+    online = run_dir / "online"
+    journal = json.loads((online / "labels.json").read_text()) if (online / "labels.json").exists() else []
+    return ([p.name for p in list_checkpoints(run_dir)], len((online / "answers.jsonl").read_text().splitlines()),
+            len(journal), sorted(p.parent.name for p in online.glob("reward_*/reward_model")))
+
+
+@pytest.fixture(scope="module")
+def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
+    """The small run killed at every point of KILLS in turn (the first run fresh, each next one --resume from what the
+    last kill left), then resumed to its end -> (its directory, {kill point: what_is_left after it}). One chain, not a
+    fresh run per case: each kill still leaves the state its case names, and one resume to the end serves all three.
+    Seconds: five runs (the last in this process), each a model load and what it redoes after its last checkpoint."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    env = environment(offline_cache)
+    left = {}
+    for i, (at, _) in enumerate(kill for kills in KILLS.values() for kill in kills):
+        killed_at(run_dir, env, at, resume=i > 0)
+        left[at] = what_is_left(run_dir)
+    assert not (run_dir / "summary.json").exists()  # killed before its end, every time
+    # the last resume runs to the end in this process (conftest.in_process: the same run bit for bit on one thread,
+    # without a new interpreter's imports); the killed runs and the uninterrupted one are real processes
+    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=run_dir.parent,
+               env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
+    return run_dir, left
+
+
+@pytest.mark.parametrize("case", list(KILLS))
+def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chain, case):
+    """kill -9 while labelling, in a retraining or in PPO, then --resume: the journal, metrics and policy of the
+    uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's). Seconds: the two runs."""
+    run_dir, left = killed_chain
+    for at, state in KILLS[case]:
+        assert left[at] == state, f"the kill at {at!r} left {left[at]}"
+    assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+    assert metrics(run_dir) == metrics(online_run)
+    for name in ("model.safetensors", "head.pt"):  # the policy's weights, its value head
+        assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
+
+
+
+
+
+
+class SkipEveryThird(AnswersAtOnce):
+    def __init__(self):
+        self.asked = 0
+
+    def label(self, queries, samples):
+        answers = [None if (self.asked + i) % 3 == 2 else 0 for i in range(len(queries))]
+        self.asked += len(queries)
+        return answers
+
+
+def collection(journal_path: Path, trained: list):
+    from types import SimpleNamespace
+
+    from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile
+
+    schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
+    task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
+
+    def train(k, num_train):
+        trained.append((k, num_train))
+        return f"model {k}", {"last_loss": 1.0 + k}
+
+    return OnlineCollection(schedule, OnlineLabelFile(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
+                            (16, 4), train)
+
+
+def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
+    """4 updates of 16 episodes; l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38; points 8, 16, 24, 32."""
+    trained: list = []
+    online = collection(tmp_path / "labels.json", trained)
+    model = None
+    seen = []
+    for update in range(4):
+        model, _ = online.before_episode(update, FakePolicy(), (model, {}))
+        seen.append((online.stats["online/labels"], online.stats["online/retrainings"], model))
+        if update == 1:
+            state = copy.deepcopy(online.state_dict())
+    # requests (skipped ones not counted) reach l(n) + 2: 11 >= 10, 24 >= 24, 35 >= 34, 40 >= 40
+    assert [s[0] for s in seen] == [11, 24, 35, 40]
+    assert [s[1] for s in seen] == [1, 2, 4, 4] and seen[-1][2] == "model 3"
+    assert trained == [(0, 8), (1, 16), (2, 24), (3, 32)]  # whole batches of 4 at each point
+    assert online.stats["online/wait_time"] >= 0 and online.stats["online/pending"] == 0
+    records = json.loads((tmp_path / "labels.json").read_text())
+    assert len(records) == 40 and {r["best"] for r in records} == {0}
+    assert [r["update"] for r in records].count(0) == 11
+
+    # a resumed run from the checkpoint after update 1 (before update 2): the journal cut back to it, the last
+    # training's model reloaded, then the same requests and trainings
+    trained.clear()
+    resumed = collection(tmp_path / "labels.json", trained)
+    resumed.labeller.asked = 24 + 24 // 2  # the labeller's own count (36 asked, 12 skipped) as it stood
+    resumed.load_state_dict(state)
+    assert len(json.loads((tmp_path / "labels.json").read_text())) == 24
+    model, hparams = resumed.before_episode(2, FakePolicy(), (None, {}))
+    assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
+    resumed.before_episode(3, FakePolicy(), (model, hparams))
+    assert json.loads((tmp_path / "labels.json").read_text()) == records

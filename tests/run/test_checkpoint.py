@@ -1,0 +1,606 @@
+"""checkpoint.py: what a checkpoint holds, written in the background and read back; the non-finite guard; then kill, stop
+and resume both scripts and compare with an uninterrupted run."""
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers.events import drive, events_env
+
+from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.identity import check_same_run
+from lm_human_preference_details.run.signals import Stopped
+from lm_human_preference_details.utils.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------------------ pieces
+def test_random_generators_come_back():
+    torch.manual_seed(1), np.random.seed(2), random.seed(3)
+    state = ckpt.rng_state()
+    draws = torch.rand(3), np.random.rand(3), random.random()
+    torch.manual_seed(9), np.random.seed(9), random.seed(9)
+    ckpt.set_rng_state(state)
+    again = torch.rand(3), np.random.rand(3), random.random()
+    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
+
+
+def test_objects_round_trip_through_a_checkpoint(tmp_path):
+    class Controller:  # a plain object: its attributes are its state (the KL controllers)
+        def __init__(self):
+            self.value = 0.15
+
+    layer, controller = torch.nn.Linear(2, 2), Controller()
+    optimizer = torch.optim.Adam(layer.parameters())
+    layer(torch.ones(2)).sum().backward()
+    optimizer.step()
+    controller.value = 0.2
+    objects = {"layer": layer, "optimizer": optimizer, "kl_ctl": controller}
+    path = save_checkpoint(tmp_path, 7, ckpt.training_state(7, objects, elapsed=1.5), keep=1)
+    fresh = {"layer": torch.nn.Linear(2, 2), "kl_ctl": Controller()}
+    fresh["optimizer"] = torch.optim.Adam(fresh["layer"].parameters())
+    state = load_checkpoint(path)
+    assert ckpt.restore(state, fresh) == 7 and state["elapsed"] == 1.5 and fresh["kl_ctl"].value == 0.2
+    assert torch.equal(fresh["layer"].weight, layer.weight)
+    assert torch.equal(fresh["optimizer"].state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_keeps_the_newest_k(tmp_path):
+    for update in (2, 4, 6):
+        save_checkpoint(tmp_path, update, {"update": update}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000004", "update_00000006"]
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    good = save_checkpoint(tmp_path, 2, {"update": 2}, keep=1)
+
+    def full_disk(state, path):
+        path.write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ckpt, "write_state", full_disk)
+    with pytest.raises(UserError) as e:
+        save_checkpoint(tmp_path, 4, {"update": 4}, keep=1)
+    assert "No space left on device" in str(e.value) and f"the last good checkpoint is {good}" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert list_checkpoints(tmp_path) == [good] and load_checkpoint(good) == {"update": 2}
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name]  # no temporary left
+
+
+class TiedLM(torch.nn.Module):
+    """Input and output embeddings tied, as in GPT-2."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.wte.weight
+
+
+def test_copy_state_reuses_the_previous_copy():
+    layer = torch.nn.Linear(2, 2)
+    state = {"objects": {"layer": layer.state_dict()}, "groups": [{"lr": 0.1}], "rng": (3, (1, 2))}
+    first = ckpt.copy_state(state)
+    assert first["groups"] == [{"lr": 0.1}] and first["groups"][0] is not state["groups"][0] and first["rng"] == (3, (1, 2))
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # training goes on: the copy keeps the values it was taken with
+    assert not torch.equal(first["objects"]["layer"]["weight"], layer.weight)
+    second = ckpt.copy_state(state, into=first)
+    assert second["objects"]["layer"]["weight"] is first["objects"]["layer"]["weight"]  # the same memory, new values
+    assert torch.equal(second["objects"]["layer"]["weight"], layer.weight)
+    tied = ckpt.copy_state(TiedLM().state_dict())
+    assert tied["wte.weight"] is tied["head.weight"]  # copied once, still tied
+
+
+def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch):
+    model = TiedLM()
+    optimizer = torch.optim.Adam(model.parameters())
+    model.head(model.wte(torch.tensor([1, 2]))).sum().backward()
+    optimizer.step()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    release, real = threading.Event(), ckpt.write_state
+
+    def slow_write(state, path):  # the thread writes only after training has changed the weights
+        release.wait()
+        real(state, path)
+
+    monkeypatch.setattr(ckpt, "write_state", slow_write)
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1, models={"model": model})
+    written = {}
+    path = saver.save(4, ckpt.training_state(4, {"model": model, "optimizer": optimizer}),
+                      lambda copies: written.update({k: v.clone() for k, v in copies["model"].state_dict().items()}))
+    saver.wait_copied()  # as train_policy.py before the PPO epochs
+    with torch.no_grad():
+        model.wte.weight.add_(1.0)  # the next update, while the thread writes
+    release.set()
+    saver.wait()
+    assert path == list_checkpoints(tmp_path)[-1] == tmp_path / "checkpoints" / "update_00000004"
+    saved = load_checkpoint(path)["objects"]["model"]
+    for name in ("wte.weight", "head.weight"):
+        assert torch.equal(saved[name], expected[name]) and torch.equal(written[name], expected[name])
+    copy = saver.models["model"]
+    assert copy.head.weight is copy.wte.weight and not copy.wte.weight.requires_grad  # tied, on the CPU, no gradients
+
+
+def test_save_returns_before_the_copy_and_wait_copied_waits_for_it(tmp_path, monkeypatch):
+    """The loop goes on (the next rollout only reads the weights) while the thread copies; wait_copied holds it
+    until the copy is done, and the checkpoint holds the weights of the save, not the ones changed after."""
+    release, real = threading.Event(), ckpt.copy_state
+
+    def slow_copy(*args, **kwargs):
+        release.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "copy_state", slow_copy)
+    layer = torch.nn.Linear(3, 2)
+    expected = layer.weight.detach().clone()
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    path = saver.save(1, ckpt.training_state(1, {"layer": layer}))  # returns with the copy not started
+    waiter = threading.Thread(target=saver.wait_copied)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # wait_copied waits for the copy
+    release.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # the optimizer's step, after wait_copied
+    saver.wait()
+    assert torch.equal(load_checkpoint(path)["objects"]["layer"]["weight"], expected)
+
+
+def test_a_failed_background_write_is_one_line_on_the_main_thread(tmp_path, monkeypatch):
+    layer = torch.nn.Linear(2, 2)
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    good = saver.save(2, ckpt.training_state(2, {"layer": layer}))
+    saver.wait()
+
+    def full_disk(state, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ckpt, "write_state", full_disk)
+    saver.save(4, ckpt.training_state(4, {"layer": layer}))
+    with pytest.raises(UserError) as e:
+        saver.wait()
+    assert str(e.value).startswith(f"cannot save {tmp_path / 'checkpoints' / 'update_00000004'} (No space left on device)")
+    assert f"the last good checkpoint is {good}" in str(e.value) and "\n" not in str(e.value)
+    assert list_checkpoints(tmp_path) == [good]
+    saver.check()  # raised once
+
+
+def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
+    layer, real, raised = torch.nn.Linear(2, 2), ckpt.write_state, threading.Event()
+
+    def held_write(state, path):  # still writing when the loop raises: it begins only after that
+        assert raised.wait(60)
+        real(state, path)
+
+    monkeypatch.setattr(ckpt, "write_state", held_write)
+    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    with pytest.raises(UserError, match="non-finite"):
+        try:
+            for update in range(5):
+                if update == 1:
+                    saver.save(2, ckpt.training_state(2, {"layer": layer}))
+                if update == 2:
+                    check_finite("update 2", loss=[float("nan")])
+        finally:
+            raised.set()
+            saver.wait_quietly()  # what a Run does when its loop raises
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000002"]
+
+
+def test_a_corrupt_checkpoint_is_one_line(tmp_path):
+    path = save_checkpoint(tmp_path, 2, {"update": 2}, keep=1)
+    (path / ckpt.STATE_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="checkpoint .* is corrupt"):
+        load_checkpoint(path)
+
+
+def flipped_checkpoint(tmp_path) -> tuple[Path, bytes]:
+    """A saved checkpoint whose state.pt then had one bit of a weight flipped (it still loads) -> (path, its bytes)."""
+    path = save_checkpoint(tmp_path, 2, {"update": 2, "weight": torch.arange(8.0)}, keep=1)
+    data = bytearray((path / ckpt.STATE_FILE).read_bytes())
+    data[bytes(data).index(torch.arange(8.0).numpy().tobytes()) + 5] ^= 0x10
+    (path / ckpt.STATE_FILE).write_bytes(bytes(data))
+    return path, bytes(data)
+
+
+@pytest.mark.parametrize("sums", ["", "\n", "partial"])
+def test_a_sums_file_that_does_not_name_every_file_is_one_line(tmp_path, sums):
+    path, flipped = flipped_checkpoint(tmp_path)
+    if sums == "partial":  # the sums of a checkpoint that also held a file it does not name
+        (path / "extra.pt").write_bytes(b"x")
+        sums = (path / ckpt.CHECKSUMS).read_text().replace(ckpt.STATE_FILE, "extra.pt")
+        sums = sums.replace(sums[:64], ckpt.sha256_of(path / "extra.pt"))
+    (path / ckpt.CHECKSUMS).write_text(sums)
+    with pytest.raises(UserError, match=f"does not name {path / ckpt.STATE_FILE}|line 1 of .* is not one") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value) and "--overwrite starts the run again" in str(e.value)
+    assert (path / ckpt.STATE_FILE).read_bytes() == flipped and (path / ckpt.CHECKSUMS).read_text() == sums
+
+
+def test_a_sums_line_that_is_not_a_sum_is_one_line(tmp_path):
+    path, _ = flipped_checkpoint(tmp_path)
+    good = (path / ckpt.CHECKSUMS).read_text()
+    (path / ckpt.CHECKSUMS).write_text(good + good)  # state.pt named twice
+    with pytest.raises(UserError, match=f"line 2 of {path / ckpt.CHECKSUMS} is not one `SHA256  NAME`"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_without_its_sums_loads_with_a_warning(tmp_path, capsys):
+    path, _ = flipped_checkpoint(tmp_path)
+    with pytest.raises(UserError, match="does not match its sha256"):
+        load_checkpoint(path)
+    (path / ckpt.CHECKSUMS).unlink()
+    state = load_checkpoint(path)  # the flipped bit is not seen: loaded as it is, with the line that says so
+    assert not torch.equal(state["weight"], torch.arange(8.0))
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: checkpoint {path} has no SHA256SUMS, so its files are loaded unverified (saved before "
+                   f"checksums existed, or the file was deleted); if it may be damaged, delete {path} to resume from "
+                   "an earlier checkpoint"]
+    load_checkpoint(path, quiet=True)  # the processes other than 0: process 0 says it once
+    assert capsys.readouterr().err == ""
+
+
+def test_a_run_resumes_from_a_checkpoint_without_its_sums_with_one_warning(tmp_path, capsys):
+    """As a resumed run meets it (run.Run on process 0): the checkpoint is loaded, and stderr says it is unverified."""
+    from helpers.runs import fake_train
+
+    fake_train(tmp_path / "run", updates=2)
+    (checkpoint,) = list_checkpoints(tmp_path / "run")
+    (checkpoint / ckpt.CHECKSUMS).unlink()
+    capsys.readouterr()
+    assert len(fake_train(tmp_path / "run", updates=4, resume=True)) == 2  # updates 2 and 3 after the checkpoint
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert warnings == [ckpt.unverified(checkpoint)]
+
+
+def test_a_resumed_run_must_compute_the_same_thing():
+    saved = {"seed": 1, "device": "cuda", "ppo": {"lr": 1e-5, "batch_size": 512}, "reward_model_fingerprint": "ab"}
+    check_same_run(saved, {**saved, "device": "cpu", "resume": True})
+    with pytest.raises(UserError, match=r"ppo.lr 1e-05 -> 0.001"):
+        check_same_run(saved, {**saved, "ppo": {"lr": 1e-3, "batch_size": 512}})
+    with pytest.raises(UserError, match="reward_model_fingerprint 'ab' -> 'cd'"):
+        check_same_run(saved, {**saved, "reward_model_fingerprint": "cd"})
+
+
+def test_check_finite_names_the_first_bad_quantity():
+    layer = torch.nn.Linear(2, 2)
+    check_finite("update 3", scores=torch.ones(4), loss=[0.5, 1.0], gradients=layer)
+    with pytest.raises(UserError, match=r"^non-finite kl at update 3: the run stops here"):
+        check_finite("update 3", scores=torch.ones(4), kl=torch.tensor([1.0, float("nan")]), loss=[float("inf")])
+    with pytest.raises(UserError, match="non-finite loss at"):
+        check_finite("update 3", scores=torch.ones(4), loss=[0.5, float("inf")])
+    with torch.no_grad():
+        layer.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match="non-finite gradients at update 3"):
+        check_finite("update 3", loss=[0.5], gradients=layer)
+
+
+# ------------------------------------------------------------------------------------------------ whole runs
+# CI-sized runs: 6 updates of 8 episodes, queries of 16 tokens, responses of 8, a checkpoint every 2 updates. Six are
+# the least the killed run needs: the second checkpoint (update 4) to die in, then a stopped update 2 that leaves one
+# more update after it saves (update 3) to resume into.
+TINY_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.truncate-after", 4]
+UPDATES = 6
+
+
+# Every run of this file on one CPU thread, in this process (conftest.one_thread) and in the subprocesses (`_env`): on
+# two, these tiny runs spent ~40% more CPU time (OpenMP's threads waiting for work), and runs compared bit for bit share
+# a count.
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _env():
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1"}  # a killed run's printed lines are not lost
+
+
+# train_policy.py whose checkpoint writer dies half-way through the Nth checkpoint file, like a kill -9 there
+DIE_IN_SAVE = """
+import os, runpy, signal, sys
+from lm_human_preference_details.run import checkpoint
+real, calls, die_at = checkpoint.write_state, [], int(sys.argv[1])
+def die_half_way(state, path):
+    real(state, path)
+    calls.append(path)
+    if len(calls) == die_at:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint.write_state = die_half_way
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.fixture(scope="module")
+def reward_dir(tmp_path_factory, assets):
+    """A (random) reward model saved the way train_reward.py saves one: enough to train a policy against."""
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("rm") / "reward_model"
+    save_model_dir(path, RewardModel(load_lm(str(assets / "tiny-gpt2")), tokenizer.pad_token_id), tokenizer,
+                   {"task": {"query_length": 16, "response_length": 8}})
+    return path
+
+
+def policy_argv(assets, out, reward_dir=None, updates=UPDATES):
+    reward = ["--rewards.trained-model", reward_dir] if reward_dir else []
+    argv = ["--base-model", assets / "tiny-gpt2", *reward, "--task.query-dataset", assets / "queries.txt", *TINY_TASK,
+            "--ppo.total-episodes", 8 * updates, "--ppo.batch-size", 8, "--num-ranks", 1, "--ppo.noptepochs", 1,
+            "--ppo.lr", 1e-3, "--rewards.target", 0.5, "--save-interval", 2, "--output-dir", out, "--device", "cpu"]
+    return list(map(str, argv))
+
+
+@pytest.fixture(scope="module")
+def whole(assets, reward_dir, tmp_path_factory):
+    """The uninterrupted run that every interrupted one is compared with."""
+    import train_policy
+
+    run = tmp_path_factory.mktemp("whole") / "run"
+    train_policy.main(policy_argv(assets, run, reward_dir))
+    return run
+
+
+def start(argv, *extra, die_in_save=0):
+    prefix = [sys.executable, "-c", DIE_IN_SAVE, str(die_in_save)] if die_in_save else [sys.executable]
+    return subprocess.Popen([*prefix, str(ROOT / "train_policy.py"), *argv, *extra], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "") -> tuple[int, list[str], str, str]:
+    """train_policy.py ``argv`` --resume with the run's events hook on (helpers.events), killed (SIGKILL) at the event
+    ``kill_at`` or sent SIGTERM at ``term_at``; output in files beside ``name``. -> (exit code, events, stdout, stderr)."""
+    events = name.with_suffix(".events")
+
+    def act(event: str) -> None:
+        if event in (kill_at, term_at):
+            os.kill(proc.pid, signal.SIGKILL if event == kill_at else signal.SIGTERM)
+
+    with open(name.with_suffix(".out"), "w") as out, open(name.with_suffix(".err"), "w") as err:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "train_policy.py"), *argv, "--resume"], cwd=ROOT,
+                                env=events_env(events, _env()), stdout=out, stderr=err)
+    proc.returncode, seen = drive(proc.pid, events, act)
+    return proc.returncode, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
+
+
+def rows(run_dir):
+    path = Path(run_dir) / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("\n")]
+
+
+def steps(run_dir):
+    return [r["step"] for r in rows(run_dir)]
+
+
+def numbers(run_rows):
+    """Every logged value but wall-clock time and throughput."""
+    return [{k: v for k, v in r.items() if k not in ("ppo/elapsed/time", "ppo/elapsed/fps")} for r in run_rows]
+
+
+def same_state(a, b) -> bool:
+    """Exactly equal nested states: tensors element for element, containers item for item, the rest by ==."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def assert_same_numbers(got, expected):
+    """Every row's numbers equal (`numbers`); else name the first step and keys that differ."""
+    for a, b in zip(numbers(got), numbers(expected)):
+        differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        assert not differ, f"step {a['step']}: " + ", ".join(f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in differ[:5])
+    assert len(got) == len(expected)
+
+
+def one_error_line(err):
+    lines = [line for line in err.splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, reward_dir, whole, tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForCausalLM
+
+    import train_policy
+
+    run = tmp_path / "run"
+    argv = policy_argv(assets, run, reward_dir)
+    # 1. kill -9 half-way through the file of the second checkpoint (update 4), written by the saving thread while
+    # the training loop goes on: the first checkpoint (update 2) stays the last good one
+    in_save = start(argv, die_in_save=2)
+    in_save.communicate()
+    assert in_save.returncode == -signal.SIGKILL
+    half_written = list((run / "checkpoints").glob(".lmhp-tmp~*~update_00000004~*"))
+    assert half_written and [p.name for p in list_checkpoints(run)] == ["update_00000002"]
+    assert steps(run)[:4] == [0, 1, 2, 3] and steps(run) == list(range(len(steps(run))))
+    # 2. resumed from update 2, its later logs dropped; kill -9 at its first update, 2 (the run stands still there)
+    code, _, out, _ = hooked_run(argv, tmp_path / "killed", kill_at="update 2")
+    assert code == -signal.SIGKILL
+    # first its resume line (it drops the killed run's later rows, which held update 3 at least)
+    assert out.splitlines()[0] == f"resume: continuing from {run / 'checkpoints' / 'update_00000002'}"
+    assert steps(run) == [0, 1, 2]
+    assert not any(p.exists() for p in half_written) and [p.name for p in list_checkpoints(run)] == ["update_00000002"]
+    # 3. resumed, then SIGTERM (a preempted job) during its first update: it finishes the update, saves and exits with
+    # one line
+    resumed_at = 2
+    code, seen, _, err = hooked_run(argv, tmp_path / "stopped", term_at=f"update {resumed_at}")
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert seen[0] == f"update {resumed_at}" and resumed_at < UPDATES - 1
+    line = one_error_line(err)
+    assert f"stopped by SIGTERM after update {resumed_at}" in line and "continue with --resume" in line
+    done = resumed_at + 1
+    assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".lmhp-tmp~*"))
+    assert json.loads((run / "policy" / "hparams.json").read_text())["update"] == done
+    # 4. resumed to the end, in this process like the uninterrupted run
+    train_policy.main([*argv, "--resume"])
+    assert f"resume: continuing from {run / 'checkpoints' / f'update_{done:08d}'}" in capsys.readouterr().out
+
+    assert steps(run) == list(range(UPDATES))
+    assert_same_numbers(rows(run), rows(whole))
+    events = EventAccumulator(str(run))
+    events.Reload()
+    assert [e.step for e in events.Scalars("ppo/objective/kl")] == list(range(UPDATES))  # no step twice in TensorBoard
+    for a, b in zip(AutoModelForCausalLM.from_pretrained(run / "policy").parameters(),
+                    AutoModelForCausalLM.from_pretrained(whole / "policy").parameters()):
+        assert torch.equal(a, b)
+    assert json.loads((run / "policy" / "hparams.json").read_text())["update"] == UPDATES
+    final, expected = load_checkpoint(list_checkpoints(run)[-1]), load_checkpoint(list_checkpoints(whole)[-1])
+    for name in ("policy", "optimizer", "kl_ctl", "sampler", "ranks"):  # every weight, Adam moment, counter, generator
+        assert same_state(final["objects"][name], expected["objects"][name]), name
+    # 5. a second run into the same directory is refused in one line
+    with pytest.raises(UserError, match="already holds a policy run; pass --resume to continue it, or --overwrite"):
+        train_policy.main(argv)
+
+
+def test_a_nan_stops_the_run_at_its_update_and_saves_nothing_from_it(assets, reward_dir, whole, tmp_path, monkeypatch):
+    import train_policy
+
+    real_rollout, calls = train_policy.rollout, []
+
+    def rollout_with_nan(*a, **kw):  # a NaN score at update 3 (e.g. a corrupted reward model)
+        data = real_rollout(*a, **kw)
+        calls.append(1)
+        if len(calls) == 4:
+            data["scores"][5] = float("nan")
+        return data
+
+    monkeypatch.setattr(train_policy, "rollout", rollout_with_nan)
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match=r"^non-finite scores at update 3: the run stops here and saves nothing"):
+        train_policy.main(policy_argv(assets, run, reward_dir))
+    assert [p.name for p in list_checkpoints(run)] == ["update_00000002"]  # the last good one, written completely
+    assert json.loads((run / "policy" / "hparams.json").read_text())["update"] == 2
+    assert_same_numbers(rows(run), rows(whole)[:3])  # the NaN update is not logged
+
+
+# ------------------------------------------------------------------------------------------------ the reward model phase
+@pytest.fixture(scope="module")
+def tiny_labels(tmp_path_factory, tokenizer):
+    """24 best-of-4 labels for queries of 16 tokens and responses of 8, in OpenAI's schema."""
+    from helpers.assets import synthetic_labels
+
+    path = tmp_path_factory.mktemp("labels") / "labels.json"
+    path.write_text(json.dumps(synthetic_labels(24, 16, 8, tokenizer)))
+    return path
+
+
+def reward_argv(assets, labels, out):
+    return list(map(str, ["--base-model", assets / "tiny-gpt2", "--labels.source", labels, "--labels.num-train", 16,
+                          "--batch-size", 8, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", *TINY_TASK,
+                          "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out,
+                          "--device", "cpu"]))
+
+
+def nan_at_call(monkeypatch, module, name, call, poison):
+    """Replace ``module.name`` by a wrapper that returns ``poison(result)`` on its ``call``-th call."""
+    real, calls = getattr(module, name), []
+
+    def wrapper(*a, **kw):
+        calls.append(1)
+        result = real(*a, **kw)
+        return poison(result) if len(calls) == call else result
+
+    monkeypatch.setattr(module, name, wrapper)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("loss", "non-finite loss at reward model batch 1: the run stops here"),  # NaN rewards of the labels' samples
+    ("normalize", "non-finite weights at the end of reward model training"),  # NaN rewards of policy samples: bias NaN
+])
+def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny_labels, tmp_path, monkeypatch, capsys,
+                                                                     where, message):
+    import train_reward
+    from lm_human_preference_details.utils.errors import run_main
+
+    if where == "loss":
+        nan_at_call(monkeypatch, train_reward, "rewards_of_labels", 2, lambda rewards: rewards * float("nan"))
+    else:  # the second measurement is normalize_after's
+        nan_at_call(monkeypatch, train_reward, "reward_stats", 2, lambda stats: (float("nan"), stats[1]))
+    run = tmp_path / "reward"
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: train_reward.main(reward_argv(assets, tiny_labels, run)))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and one_error_line(err).startswith(f"error: {message}")
+    assert not (run / "reward_model").exists() and not list(run.glob(".lmhp-tmp~*"))  # no model, nothing half-written
+    batches = [r["step"] for r in rows(run) if "train_reward/minibatch/loss" in r]
+    assert batches == ([0] if where == "loss" else [0, 1])  # the NaN batch is not logged
+
+
+@pytest.fixture()
+def tiny_reward_preset(tiny_labels) -> list[str]:
+    """The options of the reward run that train_policy.py starts without --rewards.trained-model: 2 batches of 8."""
+    new = "--rewards.train-new-model."
+    return list(map(str, [f"{new}labels.source", tiny_labels, f"{new}labels.num-train", 16, f"{new}batch-size", 8,
+                          f"{new}lr", 1e-3, f"{new}rollout-batch-size", 8, f"{new}normalize-samples", 8,
+                          f"{new}eval-labels", 0]))
+
+
+def sigterm_at_call(monkeypatch, module, name, call):
+    """SIGTERM this process (a preempted job) during the ``call``-th call of ``module.name``."""
+    def stop(result):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    nan_at_call(monkeypatch, module, name, call, stop)
+
+
+def test_a_combined_run_retrains_an_unfinished_reward_model_and_reuses_a_finished_one(assets, tiny_reward_preset,
+                                                                                       tmp_path, monkeypatch, capsys):
+    import train_policy
+    import train_reward
+
+    whole, run = tmp_path / "whole", tmp_path / "run"
+    train_policy.main(policy_argv(assets, whole, updates=4) + tiny_reward_preset)  # the reward model, then PPO
+    argv = policy_argv(assets, run, updates=4) + tiny_reward_preset
+    # 1. stopped during reward training: no reward model is saved
+    with monkeypatch.context() as m:
+        sigterm_at_call(m, train_reward, "rewards_of_labels", 1)
+        with pytest.raises(Stopped, match=r"stopped by SIGTERM during reward model training \(batch 0\); --resume"):
+            train_policy.main(argv)
+    assert not (run / "reward" / "reward_model").exists()
+    # 2. resumed: the reward model is trained again from its start, then PPO stops after update 1
+    with monkeypatch.context() as m:
+        sigterm_at_call(m, train_policy, "rollout", 2)
+        with pytest.raises(Stopped, match="stopped by SIGTERM after update 1"):
+            train_policy.main([*argv, "--resume"])
+    assert f"resume: deleting the unfinished run in {run / 'reward'} and starting again" in capsys.readouterr().out
+    assert [r["step"] for r in rows(run / "reward") if "train_reward/minibatch/loss" in r] == [0, 1]
+    reward_files = {p.name: p.stat().st_mtime_ns for p in (run / "reward" / "reward_model").iterdir()}
+    # 3. resumed: the finished reward model is reused as it is, PPO continues from update 2
+    train_policy.main([*argv, "--resume"])
+    out = capsys.readouterr().out
+    assert f"resume: reusing the finished reward model {run / 'reward' / 'reward_model'}" in out
+    assert f"resume: continuing from {run / 'checkpoints' / 'update_00000002'}" in out
+    assert {p.name: p.stat().st_mtime_ns for p in (run / "reward" / "reward_model").iterdir()} == reward_files
+
+    assert_same_numbers(rows(run / "reward"), rows(whole / "reward"))
+    assert steps(run) == list(range(4))
+    assert_same_numbers(rows(run), rows(whole))
+    final, expected = load_checkpoint(list_checkpoints(run)[-1]), load_checkpoint(list_checkpoints(whole)[-1])
+    assert final["config"]["reward_model_fingerprint"] == expected["config"]["reward_model_fingerprint"]
+    for name in final["objects"]:
+        assert same_state(final["objects"][name], expected["objects"][name]), name

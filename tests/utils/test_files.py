@@ -1,0 +1,125 @@
+"""Issue 42: a cache entry is built once however many processes reach it (files.cache_lock), and a directory entry's
+publish tolerates a concurrent one (atomic_path(replace=False)): the offline task's assets with the real builder, a
+download, and the directory swap itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from helpers.processes import in_process
+
+from lm_human_preference_details.utils.downloads import fetch
+from lm_human_preference_details.utils.files import atomic_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_directory_entry_published_by_another_writer_meanwhile_is_kept(tmp_path):
+    final = tmp_path / "entry"
+    with atomic_path(final, is_dir=True, replace=False) as late:
+        (late / "who").write_text("late")
+        with atomic_path(final, is_dir=True, replace=False) as early:  # a concurrent writer that finishes first
+            (early / "who").write_text("early")
+        assert (final / "who").read_text() == "early"
+    assert (final / "who").read_text() == "early"  # the first publish stays whole; the late copy is dropped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]  # no temporaries left
+
+
+def test_a_rename_onto_a_directory_published_at_the_same_moment_is_dropped(tmp_path, monkeypatch):
+    """The other writer publishes between this one's look and its rename: the rename fails (ENOTEMPTY), quietly."""
+    final = tmp_path / "entry"
+    final.mkdir()
+    (final / "who").write_text("other")
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if self == final else real_exists(self))
+    with atomic_path(final, is_dir=True, replace=False) as mine:
+        (mine / "who").write_text("mine")
+    assert (final / "who").read_text() == "other"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]
+
+
+def test_four_threads_fetching_one_url_download_it_once(server, tmp_path):
+    base, www, requests = server
+    (www / "slow").mkdir()
+    (www / "slow" / "f.txt").write_text("payload")
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(fetch(f"{base}/slow/f.txt", cache_dir=tmp_path / "c")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(got) == 4 and len(set(got)) == 1 and got[0].read_text() == "payload"
+    assert requests == ["/slow/f.txt"]  # one download; the others waited for its lock, then found it
+    assert sorted(p.name for p in got[0].parent.iterdir()) == ["f.txt", "f.txt.sha256"]  # no lock file left
+
+
+def test_an_incomplete_assets_directory_is_built_again(tmp_path):
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
+
+    out = tmp_path / "offline"
+    out.mkdir()
+    (out / "queries.txt").write_text("cut short\n")  # no labels.json: not a complete entry
+    ensure_offline_assets(out)
+    assert (out / "labels.json").is_file() and (out / "queries.txt").read_text() != "cut short\n"
+
+
+BUILD = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
+    go = Path(sys.argv[2])
+    Path(sys.argv[3]).touch()  # imported: ready
+    while not go.exists():  # every process starts building at the same moment
+        time.sleep(0.01)
+    ensure_offline_assets(Path(sys.argv[1]))
+''')
+
+
+def test_three_processes_build_the_offline_assets_once(tmp_path):
+    """The real builder, as every torchrun process runs it before the process group exists (RunArgs.finalize_run)."""
+    out, go = tmp_path / "cache" / "offline", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("RANK", None)
+    ready = [tmp_path / f"ready{i}" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD, str(out), str(go), str(r)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in ready]
+    deadline = time.monotonic() + 300
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    text = "\n".join(outputs)
+    assert all(p.returncode == 0 for p in procs), text[-3000:]
+    assert text.count("(once)") == 1, text[-3000:]  # built by one process
+    assert text.count("waiting for pid") >= 1, text[-3000:]  # the others waited for its lock, and said so
+    assert (out / "labels.json").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["offline"]  # no temporaries, no lock file
+
+
+def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path):
+    """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
+    no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in
+    this process (conftest.in_process) with that cache as its LMHP_CACHE."""
+    env = {**os.environ, "LMHP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+           "OMP_NUM_THREADS": "1"}
+    sizes = ["--task", "offline", "--labels.num-train", "64", "--batch-size", "16", "--rollout-batch-size", "32",
+             "--normalize-samples", "32", "--eval-labels", "32"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    two = subprocess.run([*launcher, str(ROOT / "train_reward.py"), *sizes, "--output-dir", str(tmp_path / "two")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    out = two.stdout + two.stderr
+    assert two.returncode == 0 and "error" not in out, out[-3000:]
+    assert out.count("(once)") == 1, out[-3000:]
+    one = in_process("train_reward.py", *sizes, "--output-dir", tmp_path / "one", env_extra={"LMHP_CACHE": tmp_path / "cache"},
+                     cwd=tmp_path)
+    assert "(once)" not in one.stdout, one.stdout[-3000:]  # found the assets the torchrun job built
+    rows = {name: (tmp_path / name / "metrics.jsonl").read_text().splitlines() for name in ("one", "two")}
+    assert len(rows["one"]) > 2 and rows["one"] == rows["two"]
+    assert len(list((tmp_path / "cache").iterdir())) == 1  # the assets' directory: no temporaries, no lock file
