@@ -49,8 +49,9 @@ from lm_human_preference_details.language.model import (
     load_lm,
     load_model_dir,
 )
-from lm_human_preference_details.language.oai_checkpoints import is_tf_checkpoint, resolve_reward_model
+from lm_human_preference_details.language.tf_checkpoint import is_tf_checkpoint
 from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer
+from lm_human_preference_details.language.trained_models import resolve_reward_model
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,

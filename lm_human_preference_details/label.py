@@ -29,9 +29,8 @@ from lm_human_preference_details.labelling.journal import N_SAMPLES
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import LabelSession, check_output_path
 from lm_human_preference_details.labels import OAI_PAD
-from lm_human_preference_details.language.oai_checkpoints import resolve_policy
 from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
-from lm_human_preference_details.language.trained_models import check_policy_path, load_policy
+from lm_human_preference_details.language.trained_models import check_policy_path, load_policy, resolve_policy
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks.devices import pick_device

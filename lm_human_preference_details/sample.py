@@ -24,9 +24,13 @@ import tyro
 
 from lm_human_preference_details.cli.parsing import parse_args
 from lm_human_preference_details.language.model import Policy, RewardModel, load_model_dir
-from lm_human_preference_details.language.oai_checkpoints import resolve_policy, resolve_reward_model
 from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
-from lm_human_preference_details.language.trained_models import check_policy_path, load_policy
+from lm_human_preference_details.language.trained_models import (
+    check_policy_path,
+    load_policy,
+    resolve_policy,
+    resolve_reward_model,
+)
 from lm_human_preference_details.ppo import apply_rejection, responses_pass_filter, truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks.devices import pick_device

@@ -145,7 +145,7 @@ def test_bad_input_is_one_line(assets, saved, tmp_path):
 
 
 def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
-    from lm_human_preference_details.language.oai_checkpoints import resolve_policy
+    from lm_human_preference_details.language.trained_models import resolve_policy
 
     fixture = Path(__file__).parent / "fixtures" / "oai_tiny_run" / "policy"
     local = resolve_policy(str(fixture), cache_dir=tmp_path)

@@ -6,6 +6,7 @@ built on any Hugging Face causal LM, with the models a flag can name.
     lm_head.py          the LM head's kernels: the sampling step and chunked log-probs
     model.py            `Policy` and `RewardModel` with the original's semantics; saving and loading them
     model_files.py      a model checked before it loads: its directory, its config
+    tf_checkpoint.py    TensorFlow's V2 checkpoints, read without TensorFlow
     oai_checkpoints.py  OpenAI's released TensorFlow runs converted to our model directories
-    trained_models.py   a policy named by a flag (ours, oai:NAME, a TF run, a Hub model): checked, then loaded
+    trained_models.py   a model named by a flag (ours, oai:NAME, a TF run, a Hub model): checked, resolved, loaded
 """

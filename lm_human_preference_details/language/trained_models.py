@@ -1,9 +1,12 @@
-"""A policy named by a flag (a policy saved by train_policy.py, oai:NAME, an OAI TF policy directory or a Hugging Face
-causal LM): checked before anything loads (`check_policy_path`), then loaded (`load_policy`). sample.py and label.py
-both sample policies through it."""
+"""Models named by a flag: a policy saved by train_policy.py, oai:NAME (OpenAI's released runs), an OpenAI TF run's
+directory or a Hugging Face causal LM; checked before anything loads (`check_policy_path`), then resolved to a model
+directory of ours (`resolve_policy`, `resolve_reward_model`) and loaded (`load_policy`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from pathlib import Path
 
 from lm_human_preference_details.language.model import Policy, load_lm, load_model_dir
@@ -13,10 +16,14 @@ from lm_human_preference_details.language.model_files import (
     check_model_files,
     is_local_model,
 )
-from lm_human_preference_details.language.oai_checkpoints import is_tf_checkpoint, resolve_policy
+from lm_human_preference_details.language.oai_checkpoints import OAI_RUNS_URL, SCOPES, convert_model_dir
+from lm_human_preference_details.language.tf_checkpoint import TFCheckpoint, is_tf_checkpoint, latest_checkpoint
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 from lm_human_preference_details.tasks import TaskHParams, positions_needed
+from lm_human_preference_details.utils import files
+from lm_human_preference_details.utils.downloads import DownloadError, fetch
 from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.files import cache_lock
 
 
 def check_policy_path(flag: str, source: str, default_of: str | None, task: TaskHParams) -> None:
@@ -61,3 +68,82 @@ def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Polic
     if policy_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise UserError(f"policy {path} uses another tokenizer than the first policy; compare policies of one base model")
     return policy.requires_grad_(False), base
+
+
+# ----------------------------------------------------------------------------- oai:NAME and OpenAI's local runs
+# ----------------------------------------------------------------------------- resolving oai:NAME and local runs
+def _run_task(run_dir: Path) -> dict | None:
+    """The task hparams saved at the top of an OAI run directory, if there."""
+    for name in ("train_policy_hparams.json", "train_reward_hparams.json"):
+        path = run_dir / name
+        if path.is_file():
+            task = json.loads(path.read_text()).get("task")
+            if isinstance(task, dict):
+                return task
+    return None
+
+
+def download_oai_model(name: str, kind: str, cache_dir: str | Path | None = None) -> Path:
+    """Download OAI_RUNS_URL/NAME/{policy,reward_model} (once, cached) -> the local model directory."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", name) or ".." in name.split("/"):
+        raise UserError(f"oai:{name} is not a run name like oai:descriptiveness")
+    base = f"{OAI_RUNS_URL}/{name}"
+    url = f"{base}/{SCOPES[kind]}/hparams.json"
+    try:
+        local = fetch(url, cache_dir=cache_dir).parent
+        for optional in ("train_policy_hparams.json", "train_reward_hparams.json", f"{SCOPES[kind]}/encoding"):
+            try:  # the run's task and the encoding name, used when they are there
+                fetch(f"{base}/{optional}", cache_dir=cache_dir)
+            except DownloadError:
+                pass
+        url = f"{base}/{SCOPES[kind]}/checkpoints/checkpoint"
+        fetch(url, cache_dir=cache_dir)
+        prefix = latest_checkpoint(local)
+        remote = f"{base}/{SCOPES[kind]}/{prefix.relative_to(local).as_posix()}"
+        url = remote + ".index"
+        fetch(url, cache_dir=cache_dir)
+        num_shards = TFCheckpoint(prefix).num_shards
+        for shard in range(num_shards):
+            url = f"{remote}.data-{shard:05d}-of-{num_shards:05d}"
+            fetch(url, cache_dir=cache_dir)
+    except DownloadError as e:
+        raise UserError(f"OpenAI's released run file {url} could not be downloaded ({e.reason}); it may no longer be "
+                        f"hosted: download the run on a machine that can reach it and pass its local "
+                        f"{SCOPES[kind]} directory") from None
+    return local
+
+
+def resolve_model(path: str | Path, kind: str, cache_dir: str | Path | None = None) -> str:
+    """`oai:NAME` or a local OAI TF model directory -> our converted directory (once, cached); else ``path``."""
+    path = str(path)  # train_reward.train returns a Path
+    cache = Path(cache_dir or files.CACHE_DIR)
+    if path.startswith("oai:"):
+        model_dir = download_oai_model(path[len("oai:") :], kind, cache_dir)
+        out = cache / "oai-converted" / path[len("oai:") :] / SCOPES[kind]
+    else:
+        try:
+            prefix = latest_checkpoint(path)
+        except UserError:
+            return path  # not a TF checkpoint: one of our saved directories, or a Hugging Face model
+        model_dir = prefix.parent.parent if prefix.parent.name == "checkpoints" else prefix.parent  # holds hparams.json
+        index = prefix.with_name(prefix.name + ".index")
+        stamp = f"{prefix.resolve()}:{index.stat().st_size}:{index.stat().st_mtime_ns}"
+        out = cache / "oai-converted" / ("local-" + hashlib.sha256(stamp.encode()).hexdigest()[:16]) / SCOPES[kind]
+    if (out / "config.json").is_file():
+        return str(out)
+    with cache_lock(out):  # one process converts, however many reach it; the others wait, then read it
+        if not (out / "config.json").is_file():
+            print(f"converting OpenAI's TensorFlow {kind} model {path} into {out} (once)")
+            convert_model_dir(model_dir, kind, out, task=_run_task(model_dir.parent),
+                              prefix=None if path.startswith("oai:") else prefix, replace=out.exists())
+    return str(out)
+
+
+def resolve_reward_model(path: str, cache_dir: str | Path | None = None) -> str:
+    """--rewards.trained-model: `oai:NAME` or an OAI TF reward_model directory -> a directory load_model_dir reads."""
+    return resolve_model(path, "reward", cache_dir)
+
+
+def resolve_policy(path: str, cache_dir: str | Path | None = None) -> str:
+    """`oai:NAME` or an OAI TF policy directory -> a directory load_model_dir reads; anything else unchanged."""
+    return resolve_model(path, "policy", cache_dir)

@@ -2,8 +2,8 @@
 tracks and draws. The algorithm itself is the scripts'.
 
     lifecycle.py  `Run`: enter the directory, start or resume, hand out updates, save, stop, log
-    directory.py  a run directory's rules and lock: whose it is, where a run may start, what --overwrite deletes
-    kinds.py      what a reward, policy, sample or label run is: its marker, entries, finished model
+    directory.py  a run directory's rules and lock: whose it is, where a run may start, what --overwrite deletes;
+                  the kinds of run (reward, policy, sample): their marker, entries, finished model
     checkpoint.py what a training checkpoint holds; how it is written and read back
     checksums.py  a checkpoint's SHA256SUMS, written beside it and checked before it loads
     identity.py   what may change on --resume and what may not; the reward model's fingerprint

@@ -30,8 +30,7 @@ from lm_human_preference_details.run.checkpoint import (
     save_errors,
     training_state,
 )
-from lm_human_preference_details.run.directory import RunDirectory
-from lm_human_preference_details.run.kinds import RUN_KINDS, RunKind
+from lm_human_preference_details.run.directory import RUN_KINDS, RunDirectory, RunKind
 from lm_human_preference_details.run.plots import draw_curves
 from lm_human_preference_details.run.saver import BackgroundSaver
 from lm_human_preference_details.run.signals import Stopped, StopSignals, agree_after_update

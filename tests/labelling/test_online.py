@@ -25,8 +25,7 @@ from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
 from lm_human_preference_details.run.checkpoint import list_checkpoints
-from lm_human_preference_details.run.directory import LOCK, MARKER, clear_run
-from lm_human_preference_details.run.kinds import RUN_KINDS
+from lm_human_preference_details.run.directory import LOCK, MARKER, RUN_KINDS, clear_run
 from lm_human_preference_details.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
