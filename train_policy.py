@@ -403,6 +403,7 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                 with autocast(args, ranks.device):  # a context per forward pass: the weights change at every step
                     return ppo_loss(policy, data, mb[rows], advantages[rows], returns[rows], ppo)
 
+            # loss.backward() for the minibatch's mean loss: micro-batch by micro-batch, averaged over every rank (E10)
             stats.append({**ranks.backward(loss_fn, len(mb), policy.parameters(), args.micro_batches),
                           **rank_moments(returns, data["values"][mb], ranks, args.rank_minibatch_size)})
             optimizer.step()
@@ -470,6 +471,15 @@ def sample_rows(tokenizer, data: dict[str, torch.Tensor], kl_coef: float, n: int
         rows.append([tokenizer.decode(query), tokenizer.decode(response), round(score, 3), round(kl, 3),
                      round(score - kl_coef * kl, 3)])
     return rows
+
+
+def show_samples(run: Run, tokenizer, data: dict[str, torch.Tensor], args: Args, update: int) -> None:
+    """Process 0 logs a table of a few samples and prints them, as the original does every sample_print_interval."""
+    if run.is_main:
+        rows = sample_rows(tokenizer, data, args.rewards.kl_coef)  # the original prints with the initial kl_coef
+        run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
+        for q, r, s, k, t in rows:
+            run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -540,7 +550,6 @@ def train(args: Args) -> dict:
             kl_coef = kl_ctl.value
             with autocast(args, device):
                 data = rollout(policy, ref_policy, reward_model, queries, args, prefix, suffix, ranks, kl_coef)
-            run.wait_checkpoint_copy()  # the last checkpoint's copy of the weights is taken before the epochs change them
             train_stats = ppo_epochs(policy, optimizer, data, args, ranks)  # 5. PPO epochs (autocast in each pass)
             check_finite(f"update {update}", scores=data["scores"], kl=data["kl"],
                          rewards=data["rewards"], loss=[s["loss/total"] for s in train_stats], gradients=policy)
@@ -551,11 +560,13 @@ def train(args: Args) -> dict:
             last = now
             run.log(stats, step=update)
             kl_ctl.update(stats["ppo/objective/kl"], args.ppo.batch_size)
-            if update % args.sample_print_interval == 0 and ranks.is_main:
-                rows = sample_rows(tokenizer, data, args.rewards.kl_coef)  # the original prints with the initial kl_coef
-                run.log_table("samples", ["query", "response", "score", "kl", "total"], rows, step=update)
-                for q, r, s, k, t in rows:
-                    run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
+            if update % args.sample_print_interval == 0:
+                show_samples(run, tokenizer, data, args, update)
+            stopping = run.stop_requested(update)  # every process learns whether a stop signal reached any
+            if run.checkpoint_due(update) or stopping:
+                run.save_checkpoint(update)  # written in the background while the next rollout runs
+            if stopping:
+                run.stop_after(update)  # every process ends here: Stopped, 128 + the signal
 
     if ranks.is_main:
         print(f"saved policy to {run.dir / 'policy'}")

@@ -234,7 +234,7 @@ def train_epoch(run: Run, ranks: Ranks, reward_model: RewardModel, labels: dict[
         def loss_fn(rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # rows: positions in indices
             return label_loss(reward_model, labels, indices[rows], device)
 
-        # E10 gradient averaging
+        # E10 gradient averaging: loss.backward() micro-batch by micro-batch, the gradient averaged over every rank
         stats = ranks.backward(loss_fn, len(indices), reward_model.parameters(), args.label_micro_batches)
         optimizer.step()
         # the original logs its loss twice, as loss and as error (label_types.py PickBest.loss), allreduce-averaged
@@ -242,6 +242,8 @@ def train_epoch(run: Run, ranks: Ranks, reward_model: RewardModel, labels: dict[
         check_finite(f"reward model batch {batch}", loss=loss_mean)
         run.log({"train_reward/minibatch/loss": loss_mean, "train_reward/minibatch/error": loss_mean,
                  "train_reward/minibatch/accuracy": accuracy_mean, "train_reward/minibatch/lr": lr}, step=batch)
+        if run.stop_requested(batch):  # no checkpoint within the one epoch (as the original): a stop trains it again
+            run.stop_after(batch)
 
 
 def heldout_results(run: Run, reward_model: RewardModel, labels: dict, args: Args, device, step: int) -> dict:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from lm_human_preference_details.cli.parsing import parse_args
-from lm_human_preference_details.ranks.agreement import JobFailed
 from lm_human_preference_details.ranks.emulated import shutdown_distributed
-from lm_human_preference_details.run.signals import Stopped
+from lm_human_preference_details.utils.errors import JobFailed, Stopped
 
 T = TypeVar("T")
 

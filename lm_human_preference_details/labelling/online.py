@@ -39,9 +39,8 @@ from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
 from lm_human_preference_details.run.checkpoint import rng_state, set_rng_state
-from lm_human_preference_details.run.signals import Stopped
 from lm_human_preference_details.utils.checks import check_at_least
-from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.errors import Stopped, UserError
 from lm_human_preference_details.utils.files import atomic_path
 from lm_human_preference_details.utils.progress import passed
 from lm_human_preference_details.utils.torchrun import torchrun_world

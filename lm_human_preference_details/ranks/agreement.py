@@ -11,17 +11,7 @@ from typing import Iterator
 
 import torch.distributed as dist
 
-from lm_human_preference_details.utils.errors import UserError, error_line
-
-
-class JobFailed(UserError):
-    """A torchrun job's failure, agreed by every process: its one line is already printed (by process 0)."""
-
-    said = True
-
-    def __init__(self, line: str, exit_code: int):
-        super().__init__(line)
-        self.exit_code = exit_code
+from lm_human_preference_details.utils.errors import JobFailed, UserError, error_line
 
 
 class AgreeOnFailures:

@@ -1,5 +1,4 @@
-"""A run's life, in one place: entering its directory (--resume / --overwrite), the tracker, when to save, stopping after
-an update on SIGTERM or SIGINT (signals.py). What a checkpoint holds is checkpoint.py's; the algorithm is the scripts'.
+"""A run's life: entering its directory (--resume / --overwrite), the tracker, the checkpoints, the agreed stop.
 
     with Run(args, "policy", inputs=[args.base_model, ...], ranks=ranks) as run:
         ...                                               # build the models and the query stream
@@ -7,9 +6,13 @@ an update on SIGTERM or SIGINT (signals.py). What a checkpoint holds is checkpoi
         for update in run.updates(first, args.n_updates, "ppo", show={...}):
             ...                                           # the algorithm
             run.log(stats, step=update)
+            stopping = run.stop_requested(update)         # agreed by every process
+            if run.checkpoint_due(update) or stopping:
+                run.save_checkpoint(update)
+            if stopping:
+                run.stop_after(update)                    # raises Stopped
 
-The run directory's rules, lock and preparation are run_dir.py's (docs/runs.md states them); `RunSaves`
-writes what a started run saves.
+The algorithm is the scripts'; the directory's rules are `directory.RunDirectory`'s (docs/runs.md).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Optional
 
+import torch
 from torch import nn
 
 from lm_human_preference_details.language.model import save_model_dir
@@ -33,8 +37,9 @@ from lm_human_preference_details.run.checkpoint import (
 from lm_human_preference_details.run.directory import RUN_KINDS, RunDirectory, RunKind
 from lm_human_preference_details.run.plots import draw_curves
 from lm_human_preference_details.run.saver import BackgroundSaver
-from lm_human_preference_details.run.signals import Stopped, StopSignals, agree_after_update
+from lm_human_preference_details.run.signals import StopSignals, agree_after_update
 from lm_human_preference_details.run.tracking import Tracker
+from lm_human_preference_details.utils.errors import Stopped
 from lm_human_preference_details.utils.progress import passed, progress, write_above_progress
 
 
@@ -48,6 +53,10 @@ class RunSaves:
         self.dir, self.kind, self.ranks = run_dir, kind, ranks
         self.config, self.identity, self.objects, self.tokenizer = config, identity, objects, tokenizer
         self.saver = BackgroundSaver(run_dir, keep, models=models) if objects else None
+        for optimizer in (o for o in objects.values() if isinstance(o, torch.optim.Optimizer)):
+            # a save copies the weights in the background while the next rollout reads them: the first step that
+            # changes them waits for the copy (torch's own pre-step hook, so the training loop need not know)
+            optimizer.register_step_pre_hook(lambda *_: self.wait_copied())
 
     @property
     def error(self) -> BaseException | None:
@@ -83,6 +92,18 @@ class RunSaves:
 
         return self.saver.save(done, state, write_models)
 
+    def save_after(self, done: int, tracker: Tracker, elapsed: float, wait: bool) -> Path | None:
+        """The checkpoint after ``done`` updates, written by process 0 in the background (the next rollout runs
+        meanwhile; the first optimizer step waits for the copy of the weights), and waited for when ``wait``; a write
+        that fails is every process's failure. A run without checkpoints saves nothing (-> None)."""
+        if self.saver is None:
+            return None
+        with self.ranks.agree():  # process 0 alone writes: its failure is every process's
+            path = self.save(done, tracker, elapsed)
+            if wait:
+                self.saver.wait()
+        return path
+
     def save_model(self, name: str, model: nn.Module, hparams: dict, failure: Exception | None = None) -> Path:
         """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
         every process waits until it is there. ``failure``: a tracker write that failed since the last update (process
@@ -105,18 +126,14 @@ class Run:
         self.dir = Path(args.output_dir)
         self.tracker: Optional[Tracker] = None
         self.saves: Optional[RunSaves] = None  # once started
-        self.resume_from: Optional[Path] = None
-        self.finished = False
+        self.resume_from, self.finished = None, False  # where --resume continues from; a finished run's model is kept
         self._failure: Optional[Exception] = None  # process 0's tracker error, shared after the update
         self.show: dict[str, str] = {}
         self.directory = RunDirectory(args.output_dir, kind, resume=args.resume, overwrite=args.overwrite,
                                       inputs=list(inputs), say=self.print)
-        self._started = False
-        self._start_time = time.time()
+        self._started, self._start_time = False, time.time()
 
-    @property
-    def is_main(self) -> bool:
-        return self.ranks.is_main
+    is_main = property(lambda self: self.ranks.is_main)
 
     def print(self, *text: str) -> None:
         """Print on process 0 only, above the progress bar."""
@@ -174,13 +191,8 @@ class Run:
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
                               dict(models or {}), tokenizer)
+        self._stopping, self.saved = False, None
         return first
-
-    def wait_checkpoint_copy(self) -> None:
-        """Block until the last save has copied the weights off them (BackgroundSaver.wait_copied): the loop calls it
-        before anything changes them, i.e. before its optimizer steps. A no-op without checkpoints."""
-        if self.saves is not None:
-            self.saves.wait_copied()
 
     @property
     def elapsed(self) -> float:
@@ -189,34 +201,46 @@ class Run:
 
     # -------------------------------------------------------------------------- the loop
     def updates(self, first: int, total: int, desc: str, show: Mapping[str, str] | None = None) -> Iterator[int]:
-        """Yield the update (or batch) indices first..total-1 with a progress bar showing the logged metrics ``show``
-        (label -> name). After each one: save every --save-interval, at the end, and on a stop signal; a SIGTERM or
-        SIGINT ends the run after the update with one line (a run without checkpoints saves nothing)."""
-        self.show = dict(show or {})
+        """The indices first..total-1 with a progress bar of the logged metrics ``show`` (label -> name); meanwhile
+        SIGTERM, SIGINT and SIGUSR1 only mark a stop that `stop_requested` reads."""
+        self.show, self.total, self.desc = dict(show or {}), total, desc
+        self.save_interval = getattr(self.args, "save_interval", 0) or total
+        self._loop = self._updates(first, total, desc)
+        return self._loop
+
+    def _updates(self, first: int, total: int, desc: str) -> Iterator[int]:  # updates(), as a generator
         self.progress = progress(range(first, total), desc=desc, dynamic_ncols=True, initial=first, total=total,
                                  disable=not self.is_main)
-        save_interval = getattr(self.args, "save_interval", 0) or total
-        saver = self.saves.saver  # None: a run without checkpoints
         with StopSignals() as self.stop:  # the loop's stop: a wait inside an update may ask it (`stop.signum`)
-            for update in self.progress:
-                yield update
-                passed(f"update {update}")  # an audit event: a test may kill or stop the run exactly here
-                stopping = agree_after_update(self.ranks, self.stop, self._failure or self.saves.error)
-                done = update + 1
-                saved = None
-                if saver is not None and (done % save_interval == 0 or done == total or stopping):
-                    with self.ranks.agree():  # process 0 alone writes: its failure is every process's
-                        saved = self.saves.save(done, self.tracker, self.elapsed)
-                        if stopping or done == total:
-                            saver.wait()
-                if stopping:
-                    self.stop.leaving = True
-                    if saver is not None:
-                        raise Stopped(f"stopped by {self.stop.name} after update {update}; saved {saved}; continue "
-                                      "with --resume", self.stop.signum or signal.SIGTERM)
-                    raise Stopped(f"stopped by {self.stop.name} during {desc} training (batch {update}); --resume "
-                                  "trains it again", self.stop.signum or signal.SIGTERM)
+            yield from self.progress
         self.progress.close()
+
+    def stop_requested(self, update: int) -> bool:
+        """After ``update``, every process learns whether a stop signal reached any of them, and whether process 0's
+        tracker or checkpoint writer failed (then all raise that failure now); one all-reduce."""
+        passed(f"update {update}")  # an audit event: a test may kill or stop the run exactly here
+        self._stopping = agree_after_update(self.ranks, self.stop, self._failure or self.saves.error)
+        return self._stopping
+
+    def checkpoint_due(self, update: int) -> bool:
+        """Whether a checkpoint follows ``update``: every --save-interval updates and after the last one."""
+        done = update + 1
+        return self.saves.saver is not None and (done % self.save_interval == 0 or done == self.total)
+
+    def save_checkpoint(self, update: int) -> None:
+        """The checkpoint after ``update`` (`RunSaves.save_after`); before a stop and after the last update, waited for."""
+        done = update + 1
+        self.saved = self.saves.save_after(done, self.tracker, self.elapsed, wait=self._stopping or done == self.total)
+
+    def stop_after(self, update: int) -> NoReturn:
+        """End the run after ``update`` on the agreed stop: every process raises `Stopped` (128 + the signal)."""
+        self.stop.leaving, signum = True, self.stop.signum or signal.SIGTERM
+        self._loop.close()  # leaves the loop's signal handlers (ignored from here under torchrun)
+        if self.saves.saver is not None:
+            raise Stopped(f"stopped by {signal.Signals(signum).name} after update {update}; saved {self.saved}; continue "
+                          "with --resume", signum)
+        raise Stopped(f"stopped by {signal.Signals(signum).name} during {self.desc} training (batch {update}); --resume "
+                      "trains it again", signum)
 
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
         """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it. A
@@ -232,13 +256,11 @@ class Run:
             self.progress.set_postfix(shown, refresh=False)
 
     def log_table(self, name: str, columns: list[str], rows: list[list], step: int) -> None:
-        """Log a table (process 0's samples) at ``step``; a failure is kept as `log`'s is."""
-        self._keep_failure(self.tracker.log_table, name, columns, rows, step=step)
+        self._keep_failure(self.tracker.log_table, name, columns, rows, step=step)  # as `log`, process 0's samples
 
     def _keep_failure(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-        """Call ``write``; its first error is kept for the next agreement, after the update or at the final model's
-        save (under torchrun the others are already on their way to their collectives), raised at once in a single
-        process."""
+        """Call ``write``; under torchrun its first error is kept for the next agreement (the others are already on their
+        way to their collectives), in a single process raised at once."""
         if self.ranks.world_size == 1:
             write(*args, **kwargs)
             return

@@ -10,19 +10,7 @@ from typing import Any, Optional
 
 import torch
 
-from lm_human_preference_details.utils.errors import STOP_SIGNALS, UserError, ignore_stop_signals
-
-
-class Stopped(UserError):
-    """The run stopped on SIGTERM, SIGINT or SIGUSR1 after saving what it could; exit status 128 + the signal's number.
-    Every process raises it after the same update (`agree_after_update`): process 0 alone says it, and all leave the
-    process group and exit at once (errors.run_main)."""
-
-    agreed = True
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
+from lm_human_preference_details.utils.errors import STOP_SIGNALS, ignore_stop_signals
 
 
 class StopSignals:

@@ -1,4 +1,15 @@
-"""How a process ends on a problem the user can fix: UserError, Interrupted, and run_main's one line and exit status."""
+"""How a process ends, and with which line and exit status: the one place that decides it.
+
+    UserError     a problem the user can fix: one `error:` line (process 0's, under torchrun), exit 2
+    JobFailed     a torchrun job's failure that every process agreed on: process 0 printed its line; its status
+    Stopped       a stop after an update (SIGTERM, SIGINT, SIGUSR1) that every process agreed on: exit 128 + signal
+    Interrupted   SIGTERM or SIGUSR1 outside a training loop, ended at once like Ctrl-C: exit 128 + signal
+    a peer's death  a collective that fails because another process died or left: exit 1
+    a full disk   at any write: one line, exit 2
+    anything else a bug: its traceback (process 0), exit 1
+
+`run_main` wraps both scripts' and the commands' main and turns each into its line and status.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +25,26 @@ from lm_human_preference_details.utils.torchrun import torchrun_rank, torchrun_w
 
 class UserError(Exception):
     """A problem the user can fix: printed as one line ("error: ..."), exit status 2."""
+
+    exit_code = 2
+
+
+class JobFailed(Exception):
+    """A torchrun job's failure, agreed by every process (`ranks.agreement`): its one line is already printed by
+    process 0; every process ends with ``exit_code``, the status of the first process that failed."""
+
+    def __init__(self, line: str, exit_code: int):
+        super().__init__(line)
+        self.exit_code = exit_code
+
+
+class Stopped(Exception):
+    """The run stopped on SIGTERM, SIGINT or SIGUSR1 after saving what it could (`run.signals`): every process raises
+    it after the same update; process 0 alone says it, and all exit at once with 128 + the signal's number."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 class Interrupted(BaseException):
@@ -44,25 +75,25 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop: docker
 
 
 def run_main(main: Callable[[], object]) -> None:
-    """Call ``main``; a UserError, Ctrl-C, SIGTERM or SIGUSR1 ends the process with one line and a non-zero exit.
+    """Call ``main``; each way a process ends (the module's table) becomes one line and its exit status.
 
     Under torchrun every process meets the same bad input (and the same Ctrl-C), so the line comes from process 0 only
-    (say_once). A stop every process agreed on (signals.Stopped: all stop after the same update) is said by process 0
-    while every process exits at once, with the same status.
+    (say_once). A failure or a stop every process agreed on is said by process 0 while every process exits at once,
+    with the same status.
     """
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         main()
+    except JobFailed as e:  # printed by process 0 when the processes agreed (ranks.agreement)
+        leave_quietly(e.exit_code)
+    except Stopped as e:  # every process raised it after the same update: no one waits for process 0
+        if torchrun_rank() == "0":
+            print(error_line(e), file=sys.stderr, flush=True)
+        previous = ignore_stop_signals(previous)
+        sys.exit(e.exit_code)
     except UserError as e:
-        if getattr(e, "said", False):  # a torchrun job's agreed failure, printed by process 0 (ranks.agree_on)
-            leave_quietly(e.exit_code)
-        if getattr(e, "agreed", False):  # every process raised it at the same point: no one waits for process 0
-            if torchrun_rank() == "0":
-                print(error_line(e), file=sys.stderr, flush=True)
-            previous = ignore_stop_signals(previous)
-            sys.exit(e.exit_code)
         say_once(error_line(e))
-        sys.exit(getattr(e, "exit_code", 2))
+        sys.exit(e.exit_code)
     except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
         if disk_full(e):
             where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
@@ -103,7 +134,7 @@ def ignore_stop_signals(previous: dict) -> dict:
 
 def error_line(error: BaseException) -> str:
     """The one line a failure prints: a UserError's message, or an unexpected error's type and first line."""
-    if isinstance(error, UserError):
+    if isinstance(error, (UserError, Stopped)):
         return f"error: {error}"
     return f"error: unexpected {type(error).__name__}: {_first_line(error)}"
 

@@ -136,7 +136,7 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
     """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
     named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
     from lm_human_preference_details.ranks import agreement
-    from lm_human_preference_details.utils.errors import UserError
+    from lm_human_preference_details.utils.errors import JobFailed, UserError
 
     class Job(agreement.AgreeOnFailures):
         world_size = 3
@@ -149,7 +149,7 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
         monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
             slice(None), g))
         for is_main, error, code in ((True, None, 1), (False, UserError("--x"), 2)):
-            with pytest.raises(agreement.JobFailed) as e:
+            with pytest.raises(JobFailed) as e:
                 Job(is_main).agree_on(error)
             assert (str(e.value), e.value.exit_code, capsys.readouterr().err) == (line, code, line + "\n" if is_main
                                                                                   else "")
@@ -161,7 +161,7 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
 LATE_SIGTERM = """
 import atexit, os, signal, sys
 from lm_human_preference_details.utils.errors import run_main
-from lm_human_preference_details.run.signals import Stopped
+from lm_human_preference_details.utils.errors import Stopped
 
 def torchrun_stopping_a_process_still_leaving():
     signal.raise_signal(signal.SIGTERM)  # handled before the next line

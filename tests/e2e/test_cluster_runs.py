@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers.processes import in_process
+from helpers.runs import end_of_update
 
 from lm_human_preference_details.ranks.emulated import Ranks
 from lm_human_preference_details.run import directory as run_dir
@@ -37,6 +38,7 @@ def saved_run(out: Path, updates: int = 3) -> Path:
         first = run.start({"seed": 1}, {"layer": layer})
         for update in run.updates(first, updates, "policy"):
             run.log({"loss": float(update)}, step=update)
+            end_of_update(run, update)
     return out
 
 

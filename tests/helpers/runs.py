@@ -26,13 +26,13 @@ def fake_train(out: Path, updates: int = 4, **kw) -> list[float]:
     with Run(run_args(out, **kw), "policy", inputs=[], ranks=Ranks(1, 1)) as run:
         first = run.start({"seed": 1}, {"layer": layer, "optimizer": optimizer})
         for update in run.updates(first, updates, "policy"):
-            run.wait_checkpoint_copy()  # as train_policy.py before its PPO epochs: the last save's copy is taken
             optimizer.zero_grad()
             loss = layer(torch.ones(1, 2)).sum()
             loss.backward()
             optimizer.step()
             logged.append(loss.item())
             run.log({"loss": loss.item()}, step=update)
+            end_of_update(run, update)
     return logged
 
 
@@ -65,3 +65,12 @@ def run_args(out: Path, **kw) -> SimpleNamespace:
 # ------------------------------------------------------------------------------ 1 vs 2 processes (torchrun, gloo)
 def run_metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def end_of_update(run: Run, update: int) -> None:
+    """What the scripts' loops do after each update: agree on a stop, save when due or stopping, stop."""
+    stopping = run.stop_requested(update)
+    if run.checkpoint_due(update) or stopping:
+        run.save_checkpoint(update)
+    if stopping:
+        run.stop_after(update)

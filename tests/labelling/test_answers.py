@@ -187,7 +187,7 @@ class NoAnswers(SlowLabeller):
 def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
     import signal
 
-    from lm_human_preference_details.run.signals import Stopped
+    from lm_human_preference_details.utils.errors import Stopped
 
     online = collection(tmp_path / "labels.json", NoAnswers(), [])
     looks = []

@@ -20,8 +20,7 @@ from lm_human_preference_details.run import checkpoint as ckpt
 from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.run.finite import check_finite
 from lm_human_preference_details.run.identity import check_same_run
-from lm_human_preference_details.run.signals import Stopped
-from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.errors import Stopped, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 from helpers.events import drive
 from helpers.processes import refused_in_process
-from helpers.runs import run_args
+from helpers.runs import end_of_update, run_args
 from helpers.site.lmhp_events import EVENTS
 from tqdm import tqdm
 
@@ -33,8 +33,8 @@ from lm_human_preference_details.ranks.emulated import Ranks
 from lm_human_preference_details.run import checkpoint as ckpt
 from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
 from lm_human_preference_details.run.lifecycle import Run
-from lm_human_preference_details.run.signals import Stopped, StopSignals, agree_after_update
-from lm_human_preference_details.utils.errors import UserError, run_main
+from lm_human_preference_details.run.signals import StopSignals, agree_after_update
+from lm_human_preference_details.utils.errors import Stopped, UserError, run_main
 from lm_human_preference_details.utils.files import atomic_path, remove_leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +52,11 @@ def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
         objects = {"layer": layer, "optimizer": optimizer} if kind == "policy" else {}
         first = run.start({"seed": 1}, objects)
         for update in run.updates(first, updates, kind):
-            run.wait_checkpoint_copy()  # as train_policy.py before its PPO epochs
             optimizer.zero_grad()
             layer(torch.ones(1, 2)).sum().backward()
             optimizer.step()
             run.log({"loss": float(update)}, step=update)
+            end_of_update(run, update)
         if kind == "reward":
             (run.dir / "reward_model").mkdir()
 
@@ -383,6 +383,7 @@ def test_a_tracker_write_that_fails_after_the_loop_stops_every_process_at_the_mo
         run.start({"seed": 1})
         for batch in run.updates(0, 1, "reward model"):
             run.log({"loss": 1.0}, step=batch)
+            end_of_update(run, batch)
         run.log({"eval/accuracy": 0.5}, step=1)  # kept, not raised: the peer is on its way to the save's collective
         with pytest.raises(OSError, match="No space left"):
             run.save_model("reward_model", torch.nn.Linear(1, 1), {})
