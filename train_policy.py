@@ -403,7 +403,7 @@ def ppo_epochs(policy: Policy, optimizer: torch.optim.Optimizer, data: dict[str,
                 with autocast(args, ranks.device):  # a context per forward pass: the weights change at every step
                     return ppo_loss(policy, data, mb[rows], advantages[rows], returns[rows], ppo)
 
-            # loss.backward() for the minibatch's mean loss: micro-batch by micro-batch, averaged over every rank (E10)
+            # E10 gradient averaging: loss.backward() micro-batch by micro-batch, the gradient averaged over every rank
             stats.append({**ranks.backward(loss_fn, len(mb), policy.parameters(), args.micro_batches),
                           **rank_moments(returns, data["values"][mb], ranks, args.rank_minibatch_size)})
             optimizer.step()

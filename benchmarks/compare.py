@@ -61,7 +61,7 @@ from lm_human_preference_details.utils.errors import UserError, run_main  # noqa
 from lm_human_preference_details.utils.files import new_or_ours  # noqa: E402
 
 APPROX_CSV = Path(__file__).resolve().parent / "data" / "oai_baseline_approx.csv"
-# shared/FIDELITY.md section F: the curves that say whether a run behaves like the baseline
+# the curves that say whether a run behaves like the baseline (docs/FIDELITY.md, section F: the original's names)
 METRICS = ["ppo/objective/score", "ppo/objective/kl", "ppo/objective/entropy", "ppo/objective/kl_coef",
            "ppo/objective/score_total"]
 CHECK = ["ppo/objective/score", "ppo/objective/kl", "ppo/objective/entropy"]

@@ -10,7 +10,7 @@ at the task's temperature and response length (C1 plain sampling), truncated as 
 them
 (E2 truncate and score). A page served by the standard library on 127.0.0.1 (another address only with --host) shows each query
 with its
-four responses; each choice is journaled and written to --output at once (label_session.py). Run the same command
+four responses; each choice is journaled and written to --output at once (labelling/session.py). Run the same command
 again to continue where you stopped.
 """
 

@@ -153,7 +153,7 @@ def format_table(rows: list[dict], names: list[str]) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(build_args, __doc__.split("\n")[0], argv).finalize()
     inputs = [args.policy, args.compare, args.reward_model, args.task.query_dataset]
-    # the run-directory rules of the training scripts (run.py), checked and the directory marked before any sampling;
+    # the run-directory rules of the training scripts, checked and the directory marked before any sampling;
     # a failure before the samples are written leaves nothing behind
     with Run(args, "sample", inputs=inputs, ranks=Ranks(1, args.seed)) as run:
         return sample_into(args, run)

@@ -1,8 +1,8 @@
-"""Tasks: the original's four presets (OAI launch.py; every number in shared/REFERENCE.md), the names `--task` takes.
+"""Tasks: the original's four presets (OAI launch.py, every number with its source), the names `--task` takes.
 
 A `Task` is a preset (the defaults of both scripts' arguments) plus three hooks that the original's tasks leave
 empty: `prepare` (build local assets), `extra_stats` (metrics of a PPO update beyond the original's) and `report`
-(an end-of-run summary). The offline demo (offline.py) is the one task that uses them; it is found by module name,
+(an end-of-run summary). The offline demo is the one task that uses them; it is found by module name,
 so the core never imports it.
 """
 

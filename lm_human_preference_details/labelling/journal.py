@@ -1,4 +1,4 @@
-"""A labelling session's journal (label_session.py): the file of record, OUTPUT.session.jsonl.
+"""The label tool's journal: the file of record of a labelling session, OUTPUT.session.jsonl, replayed on restart.
 
 Line 1 is the session (its flags and every item's tokens and texts), then one line per choice (label, skip, undo),
 appended and fsynced before the page hears "saved". Replaying it gives the session's Decisions; every line is checked

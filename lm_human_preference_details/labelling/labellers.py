@@ -1,6 +1,6 @@
 """Who labels the online collection's requests (online.py): one interface, asynchronous where the labeller is.
 
-    submit(requests, record)   hand over requests (online_answers.Request); each answer is passed to ``record`` (which
+    submit(requests, record)   hand over requests (answers.Request); each answer is passed to ``record`` (which
                                makes it durable) before it is handed back
     poll(timeout)              -> the [(request, answer)] given since the last poll, waiting up to ``timeout`` seconds
                                for one; an answer is the index of the best of the four samples, or None (skipped)
@@ -10,7 +10,7 @@
 gold and command answer each request as it is submitted (`AnswersAtOnce`); the page (`PageLabeller`) answers as
 people label.
 
-    gold      a task's gold scorer (the offline task's: offline.py): the sample with the highest gold score, ties to
+    gold      a task's gold scorer (the offline task's): the sample with the highest gold score, ties to
               the first, exactly as the offline task's label file was made (offline.make_labels)
     command   a program of the user's (a judge model, a script): one JSON request a line on its standard input, one
               answer a line on its standard output: the best index (0-3) or `skip` (docs/online.md)
@@ -163,9 +163,9 @@ class CommandLabeller(AnswersAtOnce):
 
 
 # ---------------------------------------------------------------------------------------------------- the page
-# The labelling page (label_server.py's server, handler, Host/Origin checks and page; label_session.py's leases)
+# The labelling page (the server's handler, Host/Origin checks and page; the session's leases)
 # served from the training run itself, on a thread, over the requests as the run makes them. A choice is recorded
-# durably (the ``record`` the run gave: online_answers.AnswerRecord, fsynced) before the page is told it is saved; several
+# durably (the ``record`` the run gave: answers.AnswerRecord, fsynced) before the page is told it is saved; several
 # tabs label at once, each shown a request no other live tab is shown, and a request answered by one tab is refused
 # to the others. A choice is final: the run may have trained on it, so the page offers no undo.
 
@@ -181,7 +181,7 @@ def check_can_serve(host: str, port: int) -> None:
 
 
 class OnlineSession(PageItems):
-    """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
+    """The requests the page shows and their answers, for the page server's handler (its session interface); thread-safe.
 
     ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
 
@@ -210,7 +210,7 @@ class OnlineSession(PageItems):
             ready, self.ready = self.ready, []
             return ready
 
-    # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
+    # ------------------------------------------------------------------ what the page asks (server.PageHandler)
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         return self._answer(client, item, best)
 

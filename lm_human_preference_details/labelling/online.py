@@ -16,7 +16,7 @@ random head, one epoch over the labels so far, normalised as the offline reward 
 
 This module holds the schedule (`Schedule`), the run's journal of labels in OpenAI's best-of-4 schema
 (`OnlineLabelFile`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's,
-every answer's durable record online_answers.py's, the reward model's training train_reward.py's, called back by
+every answer's durable record answers.py's, the reward model's training train_reward.py's, called back by
 train_policy.py.
 """
 

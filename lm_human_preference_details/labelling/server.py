@@ -1,5 +1,5 @@
 """The labelling page's server (docs/labelling.md): the page, its calls (JSON in and out) and the checks that keep them
-to this server's own page (Host, Origin, a custom header). It serves a session: label_session.LabelSession (the label
+to this server's own page (Host, Origin, a custom header). It serves a session: session.LabelSession (the label
 tool's fixed items, label.py) or labellers.OnlineSession (an online run's requests, labellers.PageLabeller).
 """
 

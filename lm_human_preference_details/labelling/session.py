@@ -1,4 +1,4 @@
-"""A labelling session (label.py): its items, its journal (label_journal.py) and the label file it writes.
+"""A labelling session of the label tool: its items, its journal and the label file it writes.
 
 Two files, side by side:
     OUTPUT                 the labels so far in OpenAI's best_of_4 schema (what --labels.source reads), rewritten

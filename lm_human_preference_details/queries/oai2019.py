@@ -91,7 +91,7 @@ CNNDM_WORKERS = 16  # concurrent story downloads
 def cnndm_story_url(split: str, rel: str) -> str:
     """OpenAI's copy of a CNN/DailyMail story: the original's gs://.../cnndm/cache_{split} over public HTTPS."""
     # OAI lm_human_preferences/datasets/cnndm.py: download_directory_cached(gs://lm-human-preferences/datasets/cnndm/
-    # cache_{mode}); the same files are served from OpenAI's Azure container (openai/lm-human-preferences issue #17)
+    # cache_{mode}); the same files are served from OpenAI's Azure container (github.com/openai/lm-human-preferences/issues/17)
     return f"{OAI_URL}/datasets/cnndm/cache_{split}/{rel}"
 
 
@@ -119,7 +119,7 @@ def cnndm_texts(mode: str, seed: int = 0, stories_dir: str | os.PathLike | None 
 
 
 # ---------------------------------------------------------------------------------------------- books
-# DEVIATION: OpenAI's book_passages/{train,test}.jsonl are lost (openai/lm-human-preferences issue #17);
+# DEVIATION: OpenAI's book_passages/{train,test}.jsonl are lost (github.com/openai/lm-human-preferences/issues/17);
 # passages are rebuilt from the Hugging Face `bookcorpus` sentences by the rule below.
 BOOKS_URL = f"{OAI_URL}/datasets/book_passages"  # the lost originals, for reference
 BOOKS_TEST_PASSAGES = 2_000  # the first passages of the stream are held out for mode 'test'

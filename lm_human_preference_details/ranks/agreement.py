@@ -1,6 +1,6 @@
 """Agreeing on a failure across a torchrun job: every process says whether it failed at the same point, and if any did,
 all raise together with one line from process 0 (docs/ranks.md, "When a process fails"). Nobody is left waiting in a
-collective for a process that has gone. `Ranks` (ranks.py) takes these methods; rank geometry and collectives are its own.
+collective for a process that has gone. `Ranks` takes these methods; rank geometry and collectives are its own.
 """
 
 from __future__ import annotations

@@ -199,12 +199,12 @@ class RunDirectory:
         self.finished = False  # --resume found a finished model (RunKind.finished) to reuse
 
     def enter(self) -> None:
-        """Check, lock and prepare the directory; what this run made goes if that fails (rule 5)."""
+        """Check, lock and prepare the directory; what this run made goes if that fails (docs/runs.md)."""
         mode = check_run_dir(self.output_dir, self.kind.name, resume=self.resume, overwrite=self.overwrite,
                              inputs=self.inputs)
         try:
             self._prepare(mode)
-        except BaseException:  # a full disk at the marker: what this run made goes (rule 5), as in Run.__exit__
+        except BaseException:  # a full disk at the marker: what this run made goes, as in Run.__exit__
             if self.lock.fd is not None:  # the lock is ours: so are a bare marker and lock
                 self.remove_if_empty()
             self.lock.release()
@@ -282,7 +282,7 @@ class RunDirectory:
         return resume_from
 
     def remove_if_empty(self, beside_others: bool = False) -> None:
-        """Rule 5: a run that failed before it started leaves nothing of its own behind. ``beside_others``: the caller
+        """A run that failed before it started leaves nothing of its own behind. ``beside_others``: the caller
         knows every other entry is someone else's (sample.py, before its samples), so our marker and lock go even then,
         and no later --overwrite takes those entries for ours."""
         if not self.dir.is_dir() or (not beside_others and any(p.name not in (MARKER, LOCK) for p in self.dir.iterdir())):

@@ -11,7 +11,7 @@ from torch import nn
 from lm_human_preference_details.utils.errors import UserError
 
 # options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
-# emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
+# emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
                         "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
                         "world_size", "host", "port"}  # host, port: where the online page is served (online.py)

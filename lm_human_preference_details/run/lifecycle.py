@@ -149,7 +149,7 @@ class Run:
             with self.ranks.agree():  # every process sees the run where process 0 does, or the job ends in one line
                 self.resume_from = self.directory.resume_point(self.ranks.from_main)
         except BaseException:
-            self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (rule 5)
+            self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (docs/runs.md)
             raise
         self.finished = self.directory.finished
         return self
@@ -186,7 +186,7 @@ class Run:
                                name=f"{self.kind.name}_{args.task_name}_seed{args.seed}_{int(time.time())}",
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
-        self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)
+        self._started = True  # config.json is written: from here a failure leaves the run to --resume (docs/runs.md)
         first = restore(checkpoint, objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,

@@ -88,7 +88,7 @@ class BackgroundSaver:
         """Wait until the last save's state is in CPU memory: call it before anything changes the saved tensors.
 
         A copy or write that failed is not raised here, inside an update where the other torchrun processes may wait
-        in a collective, but at the update's end (`check`, `error`: run.py shares it with every process)."""
+        in a collective, but at the update's end (`check`, `error`: the run shares it with every process)."""
         self._copied.wait()
 
     def _copy(self, state: dict, ready: tuple[int, torch.cuda.Event] | None) -> None:

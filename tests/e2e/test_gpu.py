@@ -115,6 +115,7 @@ def test_cuda_compiled_blocks_give_the_same_numbers_and_gradients(policies, full
 def test_cuda_background_save_copies_on_its_own_stream_before_the_weights_change(tmp_path):
     """The saver's thread copies GPU tensors on a stream of its own, after the work queued before `save`."""
     from lm_human_preference_details.run import checkpoint as ckpt
+    from lm_human_preference_details.run import saver as background
 
     layer = torch.nn.Linear(512, 512).cuda()
     with torch.no_grad():
@@ -124,7 +125,7 @@ def test_cuda_background_save_copies_on_its_own_stream_before_the_weights_change
     with torch.no_grad():
         layer.weight.mul_(1.001)
     expected = expected * 1.001
-    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    saver = background.BackgroundSaver(tmp_path, keep=1)
     path = saver.save(1, ckpt.training_state(1, {"layer": layer}))
     saver.wait_copied()
     with torch.no_grad():

@@ -20,6 +20,7 @@ from helpers.runs import fake_train, run_args
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks.emulated import Ranks
 from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run import checksums
 from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.utils.errors import UserError, run_main
@@ -330,7 +331,7 @@ def test_a_foreign_torch_file_as_state_pt_is_one_line(tmp_path, capsys, with_che
     (checkpoint,) = ckpt.list_checkpoints(tmp_path / "run")
     torch.save({"weight": torch.ones(2)}, checkpoint / ckpt.STATE_FILE)
     if not with_checksums:
-        (checkpoint / ckpt.CHECKSUMS).unlink()
+        (checkpoint / checksums.CHECKSUMS).unlink()
     status, err = exit_line(capsys, lambda: fake_train(tmp_path / "run", updates=4, resume=True))
     message = "does not match its sha256" if with_checksums else "is not a training checkpoint of this project"
     assert status == 2 and len(err) == 1 and message in err[0] and "--overwrite starts the run again" in err[0], err

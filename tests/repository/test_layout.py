@@ -130,7 +130,7 @@ def unexplained_imports(source: str, name: str) -> list[str]:
 
 def test_an_import_inside_a_function_says_why():
     """An import belongs at the top of its module; one that waits (a heavy import on a rare path) says why in a comment.
-    queries/ has its own owner (issue 44's query wing)."""
+    queries/ keeps its own rule (tests/queries/test_source.py)."""
     assert unexplained_imports("def f():\n    import json\n", "m.py") == ["m.py:2: import json"]
     assert not unexplained_imports("def f():\n    import json  # rare\n", "m.py")
     sources = [p for p in PACKAGE.rglob("*.py") if p.parent.name != "queries"]
@@ -245,7 +245,7 @@ def test_no_module_class_or_function_is_over_its_size():
     assert not found, found
 
 
-# a script's train() is the paper's outline (STYLE.md "In the scripts"): its steps are named calls, so it stays shorter
+# a script's train() is the paper's outline (CONTRIBUTING.md, "In the scripts"): its steps are named calls, so it stays short
 SCRIPT_TRAIN_LINES = 70
 
 

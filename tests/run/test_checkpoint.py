@@ -17,6 +17,8 @@ import torch
 from helpers.events import drive, events_env
 
 from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run import checksums
+from lm_human_preference_details.run import saver as background
 from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.run.finite import check_finite
 from lm_human_preference_details.run.identity import check_same_run
@@ -91,15 +93,15 @@ class TiedLM(torch.nn.Module):
 def test_copy_state_reuses_the_previous_copy():
     layer = torch.nn.Linear(2, 2)
     state = {"objects": {"layer": layer.state_dict()}, "groups": [{"lr": 0.1}], "rng": (3, (1, 2))}
-    first = ckpt.copy_state(state)
+    first = background.copy_state(state)
     assert first["groups"] == [{"lr": 0.1}] and first["groups"][0] is not state["groups"][0] and first["rng"] == (3, (1, 2))
     with torch.no_grad():
         layer.weight.add_(1.0)  # training goes on: the copy keeps the values it was taken with
     assert not torch.equal(first["objects"]["layer"]["weight"], layer.weight)
-    second = ckpt.copy_state(state, into=first)
+    second = background.copy_state(state, into=first)
     assert second["objects"]["layer"]["weight"] is first["objects"]["layer"]["weight"]  # the same memory, new values
     assert torch.equal(second["objects"]["layer"]["weight"], layer.weight)
-    tied = ckpt.copy_state(TiedLM().state_dict())
+    tied = background.copy_state(TiedLM().state_dict())
     assert tied["wte.weight"] is tied["head.weight"]  # copied once, still tied
 
 
@@ -116,7 +118,7 @@ def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch)
         real(state, path)
 
     monkeypatch.setattr(ckpt, "write_state", slow_write)
-    saver = ckpt.BackgroundSaver(tmp_path, keep=1, models={"model": model})
+    saver = background.BackgroundSaver(tmp_path, keep=1, models={"model": model})
     written = {}
     path = saver.save(4, ckpt.training_state(4, {"model": model, "optimizer": optimizer}),
                       lambda copies: written.update({k: v.clone() for k, v in copies["model"].state_dict().items()}))
@@ -136,16 +138,16 @@ def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch)
 def test_save_returns_before_the_copy_and_wait_copied_waits_for_it(tmp_path, monkeypatch):
     """The loop goes on (the next rollout only reads the weights) while the thread copies; wait_copied holds it
     until the copy is done, and the checkpoint holds the weights of the save, not the ones changed after."""
-    release, real = threading.Event(), ckpt.copy_state
+    release, real = threading.Event(), background.copy_state
 
     def slow_copy(*args, **kwargs):
         release.wait()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt, "copy_state", slow_copy)
+    monkeypatch.setattr(background, "copy_state", slow_copy)
     layer = torch.nn.Linear(3, 2)
     expected = layer.weight.detach().clone()
-    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    saver = background.BackgroundSaver(tmp_path, keep=1)
     path = saver.save(1, ckpt.training_state(1, {"layer": layer}))  # returns with the copy not started
     waiter = threading.Thread(target=saver.wait_copied)
     waiter.start()
@@ -162,7 +164,7 @@ def test_save_returns_before_the_copy_and_wait_copied_waits_for_it(tmp_path, mon
 
 def test_a_failed_background_write_is_one_line_on_the_main_thread(tmp_path, monkeypatch):
     layer = torch.nn.Linear(2, 2)
-    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    saver = background.BackgroundSaver(tmp_path, keep=1)
     good = saver.save(2, ckpt.training_state(2, {"layer": layer}))
     saver.wait()
 
@@ -187,7 +189,7 @@ def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
         real(state, path)
 
     monkeypatch.setattr(ckpt, "write_state", held_write)
-    saver = ckpt.BackgroundSaver(tmp_path, keep=1)
+    saver = background.BackgroundSaver(tmp_path, keep=1)
     with pytest.raises(UserError, match="non-finite"):
         try:
             for update in range(5):
@@ -222,20 +224,20 @@ def test_a_sums_file_that_does_not_name_every_file_is_one_line(tmp_path, sums):
     path, flipped = flipped_checkpoint(tmp_path)
     if sums == "partial":  # the sums of a checkpoint that also held a file it does not name
         (path / "extra.pt").write_bytes(b"x")
-        sums = (path / ckpt.CHECKSUMS).read_text().replace(ckpt.STATE_FILE, "extra.pt")
-        sums = sums.replace(sums[:64], ckpt.sha256_of(path / "extra.pt"))
-    (path / ckpt.CHECKSUMS).write_text(sums)
+        sums = (path / checksums.CHECKSUMS).read_text().replace(ckpt.STATE_FILE, "extra.pt")
+        sums = sums.replace(sums[:64], checksums.sha256_of(path / "extra.pt"))
+    (path / checksums.CHECKSUMS).write_text(sums)
     with pytest.raises(UserError, match=f"does not name {path / ckpt.STATE_FILE}|line 1 of .* is not one") as e:
         load_checkpoint(path)
     assert "\n" not in str(e.value) and "--overwrite starts the run again" in str(e.value)
-    assert (path / ckpt.STATE_FILE).read_bytes() == flipped and (path / ckpt.CHECKSUMS).read_text() == sums
+    assert (path / ckpt.STATE_FILE).read_bytes() == flipped and (path / checksums.CHECKSUMS).read_text() == sums
 
 
 def test_a_sums_line_that_is_not_a_sum_is_one_line(tmp_path):
     path, _ = flipped_checkpoint(tmp_path)
-    good = (path / ckpt.CHECKSUMS).read_text()
-    (path / ckpt.CHECKSUMS).write_text(good + good)  # state.pt named twice
-    with pytest.raises(UserError, match=f"line 2 of {path / ckpt.CHECKSUMS} is not one `SHA256  NAME`"):
+    good = (path / checksums.CHECKSUMS).read_text()
+    (path / checksums.CHECKSUMS).write_text(good + good)  # state.pt named twice
+    with pytest.raises(UserError, match=f"line 2 of {path / checksums.CHECKSUMS} is not one `SHA256  NAME`"):
         load_checkpoint(path)
 
 
@@ -243,7 +245,7 @@ def test_a_checkpoint_without_its_sums_loads_with_a_warning(tmp_path, capsys):
     path, _ = flipped_checkpoint(tmp_path)
     with pytest.raises(UserError, match="does not match its sha256"):
         load_checkpoint(path)
-    (path / ckpt.CHECKSUMS).unlink()
+    (path / checksums.CHECKSUMS).unlink()
     state = load_checkpoint(path)  # the flipped bit is not seen: loaded as it is, with the line that says so
     assert not torch.equal(state["weight"], torch.arange(8.0))
     err = capsys.readouterr().err.splitlines()
@@ -260,11 +262,11 @@ def test_a_run_resumes_from_a_checkpoint_without_its_sums_with_one_warning(tmp_p
 
     fake_train(tmp_path / "run", updates=2)
     (checkpoint,) = list_checkpoints(tmp_path / "run")
-    (checkpoint / ckpt.CHECKSUMS).unlink()
+    (checkpoint / checksums.CHECKSUMS).unlink()
     capsys.readouterr()
     assert len(fake_train(tmp_path / "run", updates=4, resume=True)) == 2  # updates 2 and 3 after the checkpoint
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
-    assert warnings == [ckpt.unverified(checkpoint)]
+    assert warnings == [checksums.unverified(checkpoint)]
 
 
 def test_a_resumed_run_must_compute_the_same_thing():
