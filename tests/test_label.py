@@ -203,23 +203,6 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
     assert records[0]["best"] in (1, 2) and all(r["best"] == r["query"][0] % 4 for r in records[1:])
 
 
-def test_a_request_from_another_page_is_refused(tmp_path):
-    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
-    server = label.LabelServer("127.0.0.1", 0)
-    server.session = session
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        status, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 0}, {"X-Lmhp-Label": "0"})
-        bad_best, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 4})
-        no_item, _ = call(server.url(), "/api/skip", {"client": "x"})
-    finally:
-        server.shutdown()
-        server.server_close()
-        session.close()
-    assert (status, bad_best, no_item) == (403, 400, 400)
-    assert json.loads((tmp_path / "labels.json").read_text()) == []
-
-
 def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path, monkeypatch):
     out = tmp_path / "labels.json"
     session = LabelSession.create(out, FLAGS, fake_items(3))

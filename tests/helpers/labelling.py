@@ -1,16 +1,20 @@
-"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess, and
-the page's calls made over HTTP."""
+"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess or in a
+thread, and the page's calls made over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from lm_human_preference_details.labelling.server import LabelServer
+from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import corpus as offline_corpus
@@ -56,6 +60,19 @@ def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0")
             return proc, line.split()[2], lines
     proc.wait(START_WAIT_S)
     raise AssertionError("the labelling server did not start:\n" + "\n".join(lines))
+
+
+@contextlib.contextmanager
+def serving(session: LabelSession, port: int = 0):
+    """The page's server for ``session`` in a thread -> its URL; stopped and closed after."""
+    server = LabelServer("127.0.0.1", port)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server.url()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def call(url: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
