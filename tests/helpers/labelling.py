@@ -1,5 +1,5 @@
 """What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess or in a
-thread, and the page's calls made over HTTP."""
+thread, the page's calls made over HTTP, and a directory's entries to compare before and after."""
 
 from __future__ import annotations
 
@@ -117,3 +117,9 @@ def expected_file(best: dict[int, int]) -> list[dict]:
     """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items."""
     return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b}
             for i, b in sorted(best.items())]
+
+
+def snapshot(directory: Path) -> dict[str, object]:
+    """Every entry under ``directory``: a file's bytes, a link's target."""
+    return {str(p.relative_to(directory)): os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
+            for p in sorted(directory.rglob("*"))}
