@@ -1,5 +1,5 @@
-"""label.py and label_session.py: the label file and its journal, kill -9, two tabs at once, who can reach the page,
-bad input. The page itself, in a real browser: test_label_page.py."""
+"""label.py and labelling/session.py: the label file and its journal, two tabs at once, the items, kill -9 of the real
+server, bad input. The page itself, in a real browser: e2e/test_label_page.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from helpers.processes import refused_in_process
 
 from lm_human_preference_details import label
 from lm_human_preference_details.cli.parsing import parse_args
-from lm_human_preference_details.labelling import session as label_session
 from lm_human_preference_details.labelling.journal import journal_path
 from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.labels import OAI_PAD
@@ -91,24 +90,6 @@ def test_a_resumed_session_continues_at_the_first_open_item(tmp_path):
     again.close()
 
 
-def test_a_line_cut_by_a_kill_is_dropped_and_a_lagging_file_is_caught_up(tmp_path):
-    out = tmp_path / "labels.json"
-    session = LabelSession.create(out, FLAGS, fake_items(4))
-    session.label("a", 0, 1)
-    session.close()
-    journal = journal_path(out)
-    # killed after journaling a choice and before rewriting the file, then half-way through journaling another
-    with open(journal, "ab") as f:
-        f.write(json.dumps({"event": "label", "item": 1, "best": 2, "client": "a"}).encode() + b"\n")
-        f.write(b'{"event": "label", "item": 2, "be')
-    again = LabelSession.resume(out, FLAGS)
-    assert json.loads(out.read_text()) == expected_file({0: 1, 1: 2})
-    assert journal.read_bytes().endswith(b"\n") and len(journal.read_text().splitlines()) == 3
-    assert again.label("a", 2, 0)[0]
-    assert json.loads(out.read_text()) == expected_file({0: 1, 1: 2, 2: 0})
-    again.close()
-
-
 @pytest.mark.parametrize("case", ["user file", "changed by the user", "another output's journal", "not a journal",
                                   "other flags", "a directory"])
 def test_files_that_are_not_this_sessions_are_never_written(tmp_path, case):
@@ -153,13 +134,6 @@ def test_an_output_where_nothing_can_be_written_is_refused_although_os_access_sa
         check_output_dir("/proc/lmhp-labels")
 
 
-def test_a_second_server_on_one_output_is_refused(tmp_path):
-    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
-    with pytest.raises(UserError, match="being labelled by another session"):
-        LabelSession.resume(tmp_path / "labels.json", FLAGS)
-    session.close()
-
-
 # ------------------------------------------------------------------ two tabs at once
 def test_two_tabs_never_label_one_item_twice(tmp_path):
     out = tmp_path / "labels.json"
@@ -201,51 +175,6 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
     records = json.loads(out.read_text())
     assert [r["query"][0] for r in records] == list(range(30))
     assert records[0]["best"] in (1, 2) and all(r["best"] == r["query"][0] % 4 for r in records[1:])
-
-
-def test_a_request_from_another_page_is_refused(tmp_path):
-    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
-    server = label.LabelServer("127.0.0.1", 0)
-    server.session = session
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        status, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 0}, {"X-Lmhp-Label": "0"})
-        bad_best, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 4})
-        no_item, _ = call(server.url(), "/api/skip", {"client": "x"})
-    finally:
-        server.shutdown()
-        server.server_close()
-        session.close()
-    assert (status, bad_best, no_item) == (403, 400, 400)
-    assert json.loads((tmp_path / "labels.json").read_text()) == []
-
-
-def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path, monkeypatch):
-    out = tmp_path / "labels.json"
-    session = LabelSession.create(out, FLAGS, fake_items(3))
-    server = label.LabelServer("127.0.0.1", 0)
-    server.session = session
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    journal = journal_path(out).read_bytes()
-    real_write = os.write
-
-    def half_then_full(fd: int, data: bytes) -> int:  # the disk fills half-way through the journal's line
-        real_write(fd, data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
-
-    try:
-        monkeypatch.setattr(label_session.os, "write", half_then_full)
-        status, answer = call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 1})
-        assert (status, journal_path(out).read_bytes(), out.read_text()) == (507, journal, "[]")
-        assert "No space left on device" in answer["error"]
-        monkeypatch.setattr(label_session.os, "write", real_write)
-        assert call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 2})[0] == 200
-    finally:
-        server.shutdown()
-        server.server_close()
-        session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 2})
-    LabelSession.resume(out, FLAGS).close()  # the journal reads back whole
 
 
 # ------------------------------------------------------------------ the items: the task's sampling, fixed by the seed

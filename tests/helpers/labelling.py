@@ -1,16 +1,20 @@
-"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess, and
-the page's calls made over HTTP."""
+"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess or in a
+thread, the page's calls made over HTTP, and a directory's entries to compare before and after."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from lm_human_preference_details.labelling.server import LabelServer
+from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import corpus as offline_corpus
@@ -58,6 +62,19 @@ def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0")
     raise AssertionError("the labelling server did not start:\n" + "\n".join(lines))
 
 
+@contextlib.contextmanager
+def serving(session: LabelSession, port: int = 0):
+    """The page's server for ``session`` in a thread -> its URL; stopped and closed after."""
+    server = LabelServer("127.0.0.1", port)
+    server.session = session
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server.url()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def call(url: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
     """GET (no body) or POST one of the page's calls, with the headers the page's own requests carry (``headers``
     added or replacing them) -> (HTTP status, JSON answer)."""
@@ -100,3 +117,9 @@ def expected_file(best: dict[int, int]) -> list[dict]:
     """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items."""
     return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b}
             for i, b in sorted(best.items())]
+
+
+def snapshot(directory: Path) -> dict[str, object]:
+    """Every entry under ``directory``: a file's bytes, a link's target."""
+    return {str(p.relative_to(directory)): os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
+            for p in sorted(directory.rglob("*"))}

@@ -1,21 +1,17 @@
-"""The labelling page's promises, tried as a careful and a hostile user would (issue 43): a user's file is never
-written, a stopped page restarts at once on its port, a full disk keeps a choice or refuses it (never half), an item
-is leased only while its tab lives, only requests for this server from its own page are answered, and every journal
-line and request field is checked. Real files, the real server over HTTP (in a thread, or as users run it)."""
+"""labelling/session.py: a labelling session's promises, tried as a careful and a hostile user would: a user's file is
+never written, a full disk keeps a choice or refuses it (never half), an item is leased only while its tab lives. Real
+files, the real server over HTTP (in a thread, or as users run it)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import http.client
 import json
 import os
 import subprocess
-import threading
-from pathlib import Path
 
 import pytest
-from helpers.labelling import FLAGS, call, expected_file, fake_items, label_command, label_env, tiny_offline_cache
+from helpers.labelling import FLAGS, call, fake_items, label_command, label_env, serving, snapshot, tiny_offline_cache
 from helpers.processes import refused_in_process
 
 from lm_human_preference_details import label
@@ -23,43 +19,12 @@ from lm_human_preference_details.labelling import session as label_session
 from lm_human_preference_details.labelling.journal import journal_path
 from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.utils import files
-from lm_human_preference_details.utils.errors import UserError, run_main
+from lm_human_preference_details.utils.errors import run_main
 
 
 @pytest.fixture(scope="module")
 def cache(assets, tmp_path_factory):
     return tiny_offline_cache(tmp_path_factory.mktemp("label_cache"), assets)
-
-
-def snapshot(directory: Path) -> dict[str, object]:
-    """Every entry under ``directory``: a file's bytes, a link's target."""
-    return {str(p.relative_to(directory)): os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
-            for p in sorted(directory.rglob("*"))}
-
-
-@contextlib.contextmanager
-def serving(session: LabelSession, port: int = 0):
-    """The page's server for ``session`` in a thread -> its URL; stopped and closed after."""
-    server = label.LabelServer("127.0.0.1", port)
-    server.session = session
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield server.url()
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def raw_post(url: str, path: str, body: bytes, headers: dict) -> tuple[int, dict]:
-    """POST ``body`` as it is (not JSON-encoded by us) -> (status, JSON answer): the server must answer, not drop."""
-    host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        connection.request("POST", path, body, headers)
-        response = connection.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        connection.close()
 
 
 def stop_at_once(*args, **kwargs) -> None:
@@ -126,19 +91,6 @@ def test_output_paths_that_cannot_be_ours_are_one_line(cache, tmp_path):
 
 
 # ------------------------------------------------------------------ 2. the page's promises
-def test_a_stopped_server_binds_its_port_again_at_once_and_a_live_one_keeps_it(tmp_path):
-    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
-    with serving(session) as url:
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        for _ in range(3):  # the server closes each connection first: they linger in TIME-WAIT on its port
-            assert call(url, "/api/state?client=a")[0] == 200
-        with pytest.raises(UserError, match=f"--port {port} is in use"):  # a live server's port is never shared
-            label.LabelServer("127.0.0.1", port)
-    with serving(session, port) as again:  # stopped: the same port at once
-        assert again == url and call(again, "/api/state?client=a")[0] == 200
-    session.close()
-
-
 @pytest.fixture()
 def small_disk(tmp_path, monkeypatch):
     """A directory on a 512 KiB tmpfs -> (the directory, fill(spare), free()): fill leaves ``spare`` bytes free.
@@ -224,95 +176,3 @@ def test_an_item_is_leased_only_while_its_tab_lives(tmp_path, monkeypatch):
         assert call(url, "/api/alive", {"client": "c"})[0] == 200
         assert state("d")["item"]["index"] == 1
     session.close()
-
-
-# ------------------------------------------------------------------ 3. who can label
-def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
-    out = tmp_path / "labels.json"
-    session = LabelSession.create(out, FLAGS, fake_items(2))
-    with serving(session) as url:
-        port = url.rstrip("/").rsplit(":", 1)[1]
-        evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}  # a rebound DNS name
-        body = {"client": "x", "item": 0, "best": 0}
-        refused = [call(url, "/api/state?client=x", headers={"Host": evil["Host"]})[0],
-                   call(url, "/api/label", body, evil)[0],
-                   call(url, "/api/label", body, {"Origin": "http://evil.example"})[0],
-                   call(url, "/api/label", body, {"Origin": ""})[0],
-                   call(url, "/api/label", body, {"Host": "127.0.0.1:1", "Origin": "http://127.0.0.1:1"})[0],
-                   call(url, "/api/label", body, {"X-Lmhp-Label": "0"})[0]]
-        page = http.client.HTTPConnection("127.0.0.1", int(port), timeout=60)
-        page.request("GET", "/", headers={"Host": evil["Host"]})
-        refused.append(page.getresponse().status)
-        page.close()
-        assert refused == [403] * 7
-        assert json.loads(out.read_text()) == []
-        local = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
-        assert call(url, "/api/label", body, local)[0] == 200
-    session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 0})
-
-
-# ------------------------------------------------------------------ 4. validation
-@pytest.mark.parametrize("line, number, why", [
-    ("{}", 3, "not a label, skip or undo"),
-    ('{"event": "undo", "item": 0, "client": "stranger"}', 3, "an undo of item 0 that client .stranger. did not decide last"),
-    ('{"event": "label", "item": 1, "best": 0, "client": "a"}\n{"event": "undo", "item": 0, "client": "a"}', 4,
-     "an undo of item 0 that client .a. did not decide last"),  # a's own choice, but not its last
-    ('{"event": "label", "item": 999, "best": 1, "client": "a"}', 3, "item 999 is not in 0..2"),
-    ('{"event": "skip", "item": -1, "client": "a"}', 3, "item -1 is not in 0..2"),
-    ('{"event": "label", "item": 1, "best": 7, "client": "a"}', 3, "best 7 is not in 0..3"),
-    ('{"event": "label", "item": 0, "best": 1, "client": "a"}', 3, "item 0 was decided already"),
-    ('{"event": "label", "item": NaN, "best": 1, "client": "a"}', 3, "not JSON"),
-    ("header", 1, "no items"),
-])
-def test_a_journal_line_that_is_not_a_valid_event_is_one_line_naming_it(tmp_path, line, number, why):
-    out = tmp_path / "labels.json"
-    session = LabelSession.create(out, FLAGS, fake_items(3))
-    session.label("a", 0, 2)
-    session.close()
-    journal = journal_path(out)
-    lines = journal.read_text().splitlines()
-    if line == "header":
-        lines[0] = json.dumps({**json.loads(lines[0]), "items": []})
-    else:
-        lines.append(line)
-    journal.write_text("\n".join(lines) + "\n")
-    before = snapshot(tmp_path)
-    with pytest.raises(UserError, match=rf"line {number} is not an event this tool writes \({why}"):
-        LabelSession.resume(out, FLAGS)
-    assert snapshot(tmp_path) == before
-
-
-def test_every_request_field_is_checked_and_answered(tmp_path):
-    out = tmp_path / "labels.json"
-    session = LabelSession.create(out, FLAGS, fake_items(3))
-    with serving(session) as url:
-        headers = {"X-Lmhp-Label": "1", "Origin": url.rstrip("/"), "Content-Type": "application/json"}
-        bodies = [b'{"client": "a", "item": Infinity, "best": 1}', b'{"client": "a", "item": 1e400, "best": 1}',
-                  b'{"client": "a", "item": NaN, "best": 1}', b'{"client": "a", "item": "0", "best": 1}',
-                  b'{"client": "a", "item": true, "best": 1}', b'{"client": "a", "item": 3, "best": 1}',
-                  b'{"client": "a", "item": 0, "best": 7}', b'{"client": "a", "item": 0, "best": -1}',
-                  b'{"client": "a", "item": 0}', b'{"client": 5, "item": 0, "best": 1}', b'{"item": 0, "best": 1}',
-                  b'[0, 1]', b'{"client": "a", "item": 0, "best": 1']
-        answers = [raw_post(url, "/api/label", body, headers) for body in bodies]
-        assert [status for status, _ in answers] == [400] * len(bodies)
-        assert all(answer["error"].startswith("bad request: ") for _, answer in answers)
-        assert raw_post(url, "/api/skip", b'{"client": "a", "item": 1.0}', headers)[0] == 400
-        assert raw_post(url, "/api/label", b'{"client": "a", "item": 0, "best": 1}', headers)[0] == 200
-    session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 1})
-
-
-def test_a_request_the_server_cannot_answer_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
-    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
-
-    def broken(client: str) -> dict:
-        raise RuntimeError("planted")
-
-    monkeypatch.setattr(session, "state", broken)
-    with serving(session) as url:
-        with pytest.raises(http.client.RemoteDisconnected):
-            call(url, "/api/state?client=a")
-    session.close()
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "(RuntimeError: planted)" in err and "Traceback" not in err

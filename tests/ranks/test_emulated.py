@@ -16,7 +16,6 @@ from helpers.runs import assert_same_run
 from lm_human_preference_details.language.model import Policy, load_lm
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler
 from lm_human_preference_details.ranks.emulated import Ranks, held_ranks, rank_seed
-from lm_human_preference_details.ranks.gradients import BlockGradients
 from lm_human_preference_details.tasks import TaskHParams
 from lm_human_preference_details.utils.errors import UserError
 
@@ -92,30 +91,6 @@ def test_query_sampler_blocks_are_the_ranks_streams(tokenizer, assets):
         assert torch.equal(batch[3 * i : 3 * i + 3], next(alone))
 
 
-def test_tree_add_builds_a_balanced_binary_tree():
-    from lm_human_preference_details.ranks.gradients import tree_add, tree_total
-
-    class Term:  # records the additions as a string
-        def __init__(self, text):
-            self.text = text
-
-        def __add__(self, other):
-            return Term(f"({self.text}+{other.text})")
-
-    def tree(n):
-        stack = []
-        for i in range(n):
-            tree_add(stack, Term(str(i)))
-        return tree_total(stack).text
-
-    assert tree(1) == "0"
-    assert tree(4) == "((0+1)+(2+3))"
-    assert tree(8) == "(((0+1)+(2+3))+((4+5)+(6+7)))"
-    assert tree(6) == "(((0+1)+(2+3))+(4+5))"  # not a power of two: the last partial sums, right to left
-    # what a process holding ranks 4..7 of 8 sends is the right half of tree(8): the halves added as one tree
-    assert f"({tree(4)}+{tree(4).translate(str.maketrans('0123', '4567'))})" == tree(8)
-
-
 NO_DISTRIBUTED = """
 import sys, torch.distributed
 torch.distributed.is_available = lambda: False  # a torch built without distributed support ...
@@ -139,27 +114,6 @@ def test_blocks_and_row_slices():
     assert exact.row_slices(16, by_three) == [slice(0, 3), slice(3, 4), slice(4, 7), slice(7, 8), slice(8, 11),
                                               slice(11, 12), slice(12, 15), slice(15, 16)]  # never across a rank
     assert fused.row_slices(8, by_three) == [slice(0, 3), slice(3, 6), slice(6, 8)]
-
-
-def test_exact_gradients_are_the_rank_means_in_the_tree_order():
-    """Each rank's loss a mean over its rows; the step's gradient the mean over ranks, added as the tree says."""
-    torch.manual_seed(0)
-    x, w = torch.randn(16, 5), torch.nn.Parameter(torch.randn(5))
-    unused = torch.nn.Parameter(torch.zeros(2))  # no loss reaches it: its .grad stays None, as after one pass
-    ranks = Ranks(4, seed=0, exact=True)
-    gradients = BlockGradients(ranks, [w, unused])  # what Ranks.backward accumulates into, block by block
-    for block in ranks.blocks(16):
-        (x[block] @ w).square().mean().backward()
-        gradients.add()
-        assert w.grad is None  # taken into the tree
-    gradients.reduce()
-    naive = [torch.autograd.grad((x[4 * r : 4 * r + 4] @ w).square().mean(), w)[0] for r in range(4)]  # rank r alone
-    assert torch.equal(w.grad, ((naive[0] + naive[1]) + (naive[2] + naive[3])) / 4) and unused.grad is None
-    torch.testing.assert_close(w.grad, torch.autograd.grad((x @ w).square().mean(), w)[0])  # = one pass, to rounding
-
-
-
-
 
 
 def _combined_args(assets):

@@ -1,5 +1,5 @@
-"""checkpoint.py: what a checkpoint holds, written in the background and read back; the non-finite guard; then kill, stop
-and resume both scripts and compare with an uninterrupted run."""
+"""run/checkpoint.py: what a checkpoint holds, written and read back; then kill, stop and resume both scripts and compare
+with an uninterrupted run, and a NaN that stops each script's run with nothing saved of it."""
 
 import errno
 import json
@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +16,7 @@ import torch
 from helpers.events import drive, events_env
 
 from lm_human_preference_details.run import checkpoint as ckpt
-from lm_human_preference_details.run import checksums
-from lm_human_preference_details.run import saver as background
 from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
-from lm_human_preference_details.run.finite import check_finite
-from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import Stopped, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,215 +75,11 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, mon
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name]  # no temporary left
 
 
-class TiedLM(torch.nn.Module):
-    """Input and output embeddings tied, as in GPT-2."""
-
-    def __init__(self):
-        super().__init__()
-        self.wte = torch.nn.Embedding(5, 3)
-        self.head = torch.nn.Linear(3, 5, bias=False)
-        self.head.weight = self.wte.weight
-
-
-def test_copy_state_reuses_the_previous_copy():
-    layer = torch.nn.Linear(2, 2)
-    state = {"objects": {"layer": layer.state_dict()}, "groups": [{"lr": 0.1}], "rng": (3, (1, 2))}
-    first = background.copy_state(state)
-    assert first["groups"] == [{"lr": 0.1}] and first["groups"][0] is not state["groups"][0] and first["rng"] == (3, (1, 2))
-    with torch.no_grad():
-        layer.weight.add_(1.0)  # training goes on: the copy keeps the values it was taken with
-    assert not torch.equal(first["objects"]["layer"]["weight"], layer.weight)
-    second = background.copy_state(state, into=first)
-    assert second["objects"]["layer"]["weight"] is first["objects"]["layer"]["weight"]  # the same memory, new values
-    assert torch.equal(second["objects"]["layer"]["weight"], layer.weight)
-    tied = background.copy_state(TiedLM().state_dict())
-    assert tied["wte.weight"] is tied["head.weight"]  # copied once, still tied
-
-
-def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch):
-    model = TiedLM()
-    optimizer = torch.optim.Adam(model.parameters())
-    model.head(model.wte(torch.tensor([1, 2]))).sum().backward()
-    optimizer.step()
-    expected = {k: v.clone() for k, v in model.state_dict().items()}
-    release, real = threading.Event(), ckpt.write_state
-
-    def slow_write(state, path):  # the thread writes only after training has changed the weights
-        release.wait()
-        real(state, path)
-
-    monkeypatch.setattr(ckpt, "write_state", slow_write)
-    saver = background.BackgroundSaver(tmp_path, keep=1, models={"model": model})
-    written = {}
-    path = saver.save(4, ckpt.training_state(4, {"model": model, "optimizer": optimizer}),
-                      lambda copies: written.update({k: v.clone() for k, v in copies["model"].state_dict().items()}))
-    saver.wait_copied()  # as train_policy.py before the PPO epochs
-    with torch.no_grad():
-        model.wte.weight.add_(1.0)  # the next update, while the thread writes
-    release.set()
-    saver.wait()
-    assert path == list_checkpoints(tmp_path)[-1] == tmp_path / "checkpoints" / "update_00000004"
-    saved = load_checkpoint(path)["objects"]["model"]
-    for name in ("wte.weight", "head.weight"):
-        assert torch.equal(saved[name], expected[name]) and torch.equal(written[name], expected[name])
-    copy = saver.models["model"]
-    assert copy.head.weight is copy.wte.weight and not copy.wte.weight.requires_grad  # tied, on the CPU, no gradients
-
-
-def test_save_returns_before_the_copy_and_wait_copied_waits_for_it(tmp_path, monkeypatch):
-    """The loop goes on (the next rollout only reads the weights) while the thread copies; wait_copied holds it
-    until the copy is done, and the checkpoint holds the weights of the save, not the ones changed after."""
-    release, real = threading.Event(), background.copy_state
-
-    def slow_copy(*args, **kwargs):
-        release.wait()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(background, "copy_state", slow_copy)
-    layer = torch.nn.Linear(3, 2)
-    expected = layer.weight.detach().clone()
-    saver = background.BackgroundSaver(tmp_path, keep=1)
-    path = saver.save(1, ckpt.training_state(1, {"layer": layer}))  # returns with the copy not started
-    waiter = threading.Thread(target=saver.wait_copied)
-    waiter.start()
-    waiter.join(0.3)
-    assert waiter.is_alive()  # wait_copied waits for the copy
-    release.set()
-    waiter.join(10)
-    assert not waiter.is_alive()
-    with torch.no_grad():
-        layer.weight.add_(1.0)  # the optimizer's step, after wait_copied
-    saver.wait()
-    assert torch.equal(load_checkpoint(path)["objects"]["layer"]["weight"], expected)
-
-
-def test_a_failed_background_write_is_one_line_on_the_main_thread(tmp_path, monkeypatch):
-    layer = torch.nn.Linear(2, 2)
-    saver = background.BackgroundSaver(tmp_path, keep=1)
-    good = saver.save(2, ckpt.training_state(2, {"layer": layer}))
-    saver.wait()
-
-    def full_disk(state, path):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(ckpt, "write_state", full_disk)
-    saver.save(4, ckpt.training_state(4, {"layer": layer}))
-    with pytest.raises(UserError) as e:
-        saver.wait()
-    assert str(e.value).startswith(f"cannot save {tmp_path / 'checkpoints' / 'update_00000004'} (No space left on device)")
-    assert f"the last good checkpoint is {good}" in str(e.value) and "\n" not in str(e.value)
-    assert list_checkpoints(tmp_path) == [good]
-    saver.check()  # raised once
-
-
-def test_a_loop_that_raises_still_completes_the_write(tmp_path, monkeypatch):
-    layer, real, raised = torch.nn.Linear(2, 2), ckpt.write_state, threading.Event()
-
-    def held_write(state, path):  # still writing when the loop raises: it begins only after that
-        assert raised.wait(60)
-        real(state, path)
-
-    monkeypatch.setattr(ckpt, "write_state", held_write)
-    saver = background.BackgroundSaver(tmp_path, keep=1)
-    with pytest.raises(UserError, match="non-finite"):
-        try:
-            for update in range(5):
-                if update == 1:
-                    saver.save(2, ckpt.training_state(2, {"layer": layer}))
-                if update == 2:
-                    check_finite("update 2", loss=[float("nan")])
-        finally:
-            raised.set()
-            saver.wait_quietly()  # what a Run does when its loop raises
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["update_00000002"]
-
-
 def test_a_corrupt_checkpoint_is_one_line(tmp_path):
     path = save_checkpoint(tmp_path, 2, {"update": 2}, keep=1)
     (path / ckpt.STATE_FILE).write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="checkpoint .* is corrupt"):
         load_checkpoint(path)
-
-
-def flipped_checkpoint(tmp_path) -> tuple[Path, bytes]:
-    """A saved checkpoint whose state.pt then had one bit of a weight flipped (it still loads) -> (path, its bytes)."""
-    path = save_checkpoint(tmp_path, 2, {"update": 2, "weight": torch.arange(8.0)}, keep=1)
-    data = bytearray((path / ckpt.STATE_FILE).read_bytes())
-    data[bytes(data).index(torch.arange(8.0).numpy().tobytes()) + 5] ^= 0x10
-    (path / ckpt.STATE_FILE).write_bytes(bytes(data))
-    return path, bytes(data)
-
-
-@pytest.mark.parametrize("sums", ["", "\n", "partial"])
-def test_a_sums_file_that_does_not_name_every_file_is_one_line(tmp_path, sums):
-    path, flipped = flipped_checkpoint(tmp_path)
-    if sums == "partial":  # the sums of a checkpoint that also held a file it does not name
-        (path / "extra.pt").write_bytes(b"x")
-        sums = (path / checksums.CHECKSUMS).read_text().replace(ckpt.STATE_FILE, "extra.pt")
-        sums = sums.replace(sums[:64], checksums.sha256_of(path / "extra.pt"))
-    (path / checksums.CHECKSUMS).write_text(sums)
-    with pytest.raises(UserError, match=f"does not name {path / ckpt.STATE_FILE}|line 1 of .* is not one") as e:
-        load_checkpoint(path)
-    assert "\n" not in str(e.value) and "--overwrite starts the run again" in str(e.value)
-    assert (path / ckpt.STATE_FILE).read_bytes() == flipped and (path / checksums.CHECKSUMS).read_text() == sums
-
-
-def test_a_sums_line_that_is_not_a_sum_is_one_line(tmp_path):
-    path, _ = flipped_checkpoint(tmp_path)
-    good = (path / checksums.CHECKSUMS).read_text()
-    (path / checksums.CHECKSUMS).write_text(good + good)  # state.pt named twice
-    with pytest.raises(UserError, match=f"line 2 of {path / checksums.CHECKSUMS} is not one `SHA256  NAME`"):
-        load_checkpoint(path)
-
-
-def test_a_checkpoint_without_its_sums_loads_with_a_warning(tmp_path, capsys):
-    path, _ = flipped_checkpoint(tmp_path)
-    with pytest.raises(UserError, match="does not match its sha256"):
-        load_checkpoint(path)
-    (path / checksums.CHECKSUMS).unlink()
-    state = load_checkpoint(path)  # the flipped bit is not seen: loaded as it is, with the line that says so
-    assert not torch.equal(state["weight"], torch.arange(8.0))
-    err = capsys.readouterr().err.splitlines()
-    assert err == [f"warning: checkpoint {path} has no SHA256SUMS, so its files are loaded unverified (saved before "
-                   f"checksums existed, or the file was deleted); if it may be damaged, delete {path} to resume from "
-                   "an earlier checkpoint"]
-    load_checkpoint(path, quiet=True)  # the processes other than 0: process 0 says it once
-    assert capsys.readouterr().err == ""
-
-
-def test_a_run_resumes_from_a_checkpoint_without_its_sums_with_one_warning(tmp_path, capsys):
-    """As a resumed run meets it (run.Run on process 0): the checkpoint is loaded, and stderr says it is unverified."""
-    from helpers.runs import fake_train
-
-    fake_train(tmp_path / "run", updates=2)
-    (checkpoint,) = list_checkpoints(tmp_path / "run")
-    (checkpoint / checksums.CHECKSUMS).unlink()
-    capsys.readouterr()
-    assert len(fake_train(tmp_path / "run", updates=4, resume=True)) == 2  # updates 2 and 3 after the checkpoint
-    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
-    assert warnings == [checksums.unverified(checkpoint)]
-
-
-def test_a_resumed_run_must_compute_the_same_thing():
-    saved = {"seed": 1, "device": "cuda", "ppo": {"lr": 1e-5, "batch_size": 512}, "reward_model_fingerprint": "ab"}
-    check_same_run(saved, {**saved, "device": "cpu", "resume": True})
-    with pytest.raises(UserError, match=r"ppo.lr 1e-05 -> 0.001"):
-        check_same_run(saved, {**saved, "ppo": {"lr": 1e-3, "batch_size": 512}})
-    with pytest.raises(UserError, match="reward_model_fingerprint 'ab' -> 'cd'"):
-        check_same_run(saved, {**saved, "reward_model_fingerprint": "cd"})
-
-
-def test_check_finite_names_the_first_bad_quantity():
-    layer = torch.nn.Linear(2, 2)
-    check_finite("update 3", scores=torch.ones(4), loss=[0.5, 1.0], gradients=layer)
-    with pytest.raises(UserError, match=r"^non-finite kl at update 3: the run stops here"):
-        check_finite("update 3", scores=torch.ones(4), kl=torch.tensor([1.0, float("nan")]), loss=[float("inf")])
-    with pytest.raises(UserError, match="non-finite loss at"):
-        check_finite("update 3", scores=torch.ones(4), loss=[0.5, float("inf")])
-    with torch.no_grad():
-        layer.weight[0, 0] = float("nan")
-    with pytest.raises(UserError, match="non-finite gradients at update 3"):
-        check_finite("update 3", loss=[0.5], gradients=layer)
 
 
 # ------------------------------------------------------------------------------------------------ whole runs

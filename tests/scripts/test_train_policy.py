@@ -1,9 +1,10 @@
-"""train_policy.py pieces: sizes and checks, per-rank minibatches, gradient accumulation, logged stats."""
+"""train_policy.py pieces: sizes and checks, per-rank minibatches, the PPO epochs' statistics, bf16, the reward run."""
 
 import math
 
 import pytest
 import torch
+from helpers.ppo import ppo_args, rollout_data
 
 import train_policy
 from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
@@ -89,46 +90,12 @@ def test_minibatches_keep_each_rank_together():
         assert (mb[:8] < 16).all() and (mb[8:] >= 16).all()
 
 
-def _rollout_data(policy, n=16, response_length=5):
-    torch.manual_seed(3)
-    contexts = torch.randint(0, 50257, (n, 6))
-    contexts[::3, 2:4] = PAD  # pads in the middle of some contexts
-    sampled = policy.sample(contexts, response_length)
-    rewards = torch.randn(n, response_length)
-    return {"contexts": contexts, **sampled, "rewards": rewards}
-
-
-def _args(micro):
-    args = train_policy.build_args("sentiment")
-    args.ppo.batch_size, args.ppo.noptepochs, args.num_ranks, args.ppo.lr = 16, 1, 2, 1e-3
-    args.micro_batch_sequences = micro
-    return args.finalize(check_inputs=False)
-
-
-def test_gradient_accumulation_gives_the_same_update(tiny_model_dir):
-    results = []
-    for micro in (0, 4):
-        torch.manual_seed(0)
-        policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
-        torch.nn.init.normal_(policy.head.weight, std=0.1)
-        data = _rollout_data(policy)
-        optimizer = TF1Adam(policy.parameters(), lr=1e-3)
-        args = _args(micro)
-        stats = train_policy.ppo_epochs(policy, optimizer, data, args, Ranks(args.num_ranks, seed=0))
-        results.append((stats, [p.detach().clone() for p in policy.parameters()]))
-    (s_full, p_full), (s_micro, p_micro) = results
-    for k in s_full[0]:
-        assert s_full[0][k] == pytest.approx(s_micro[0][k], rel=1e-4, abs=1e-6), k
-    for a, b in zip(p_full, p_micro):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
-
-
 def test_first_ratio_is_one_and_policy_moves(tiny_model_dir):
     torch.manual_seed(0)
     policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
-    data = _rollout_data(policy)
+    data = rollout_data(policy)
     before = [p.detach().clone() for p in policy.parameters()]
-    args = _args(0)
+    args = ppo_args(0)
     args.ppo.noptepochs = 2
     stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-3), data, args, Ranks(2, seed=0))
     # the first minibatch of the first epoch sees the rollout's own policy: ratio 1, approxkl 0, no clipping
@@ -167,9 +134,9 @@ def test_returns_and_value_variances_are_per_rank_means(tiny_model_dir):
     # the original's ranks each took tf.nn.moments of their own minibatch; the logged value is the ranks' mean
     torch.manual_seed(0)
     policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
-    data = _rollout_data(policy)
+    data = rollout_data(policy)
     data["values"] = torch.cat([torch.zeros(8, 5), torch.full((8, 5), 10.0)])  # rank 0: all 0, rank 1: all 10
-    stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=0.0), data, _args(0), Ranks(2, seed=0))
+    stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=0.0), data, ppo_args(0), Ranks(2, seed=0))
     assert stats[0]["val/mean"] == 5.0
     assert stats[0]["val/var"] == 0.0  # per rank 0 and 0; over the whole minibatch it would be 25
 
@@ -180,8 +147,8 @@ def test_bf16_autocast_keeps_the_maths_close(tiny_model_dir):
     for bf16 in (False, True):
         torch.manual_seed(0)
         policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
-        data = _rollout_data(policy)
-        args = _args(0)
+        data = rollout_data(policy)
+        args = ppo_args(0)
         args.bf16 = bf16
         stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-3), data, args, Ranks(2, seed=0))
         results.append(stats[0])
@@ -196,8 +163,8 @@ def test_bf16_epochs_after_the_first_step_see_the_new_weights(tiny_model_dir):
     for bf16 in (False, True):
         torch.manual_seed(0)
         policy = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
-        data = _rollout_data(policy)
-        args = _args(0)
+        data = rollout_data(policy)
+        args = ppo_args(0)
         args.ppo.noptepochs, args.ppo.lr, args.bf16 = 2, 1e-2, bf16
         stats = train_policy.ppo_epochs(policy, TF1Adam(policy.parameters(), lr=1e-2), data, args, Ranks(2, seed=0))
         approxkl[bf16] = [s["policy/approxkl"] for s in stats]
