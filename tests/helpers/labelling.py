@@ -20,7 +20,7 @@ from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERY_LENGTH, RESPONSE_LENGTH = offline_corpus.QUERY_LENGTH, offline_corpus.RESPONSE_LENGTH
 START_WAIT_S = 600  # a bound on waiting for a server to print its URL (torch's import and sampling, on a loaded CPU)
 

@@ -56,7 +56,7 @@ def test_a_background_save_writes_the_state_of_its_update(tmp_path, monkeypatch)
     written = {}
     path = saver.save(4, ckpt.training_state(4, {"model": model, "optimizer": optimizer}),
                       lambda copies: written.update({k: v.clone() for k, v in copies["model"].state_dict().items()}))
-    saver.wait_copied()  # as train_policy.py before the PPO epochs
+    saver.wait_copied()  # as the optimizer's pre-step hook before the PPO epochs change the weights
     with torch.no_grad():
         model.wte.weight.add_(1.0)  # the next update, while the thread writes
     release.set()
