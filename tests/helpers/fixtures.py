@@ -118,6 +118,20 @@ def eager_and_compiled():
     return run
 
 
+BOOK_SENTENCES = [f"sentence number {i} , said the {['cat', 'dog', 'owl'][i % 3]} ." for i in range(37)]
+
+
+@pytest.fixture()
+def bookcorpus_parquet(tmp_path):
+    """37 lower-cased, space-tokenised sentences in bookcorpus' schema (one string column `text`)."""
+    import datasets  # seconds to import: only the tests that take this fixture pay it
+
+    path = tmp_path / "bookcorpus" / "train.parquet"
+    path.parent.mkdir()
+    datasets.Dataset.from_dict({"text": BOOK_SENTENCES}).to_parquet(str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def offline_cache(tmp_path_factory) -> Path:
     """One $LMHP_CACHE for the tests that run the offline task: the first run builds its assets, the rest reuse them."""
