@@ -1,5 +1,4 @@
-"""tasks.py: a task's flags checked before anything loads (its labels, the positions it needs, its base model's
-vocabulary)."""
+"""tasks.py: a task's flags checked before anything loads (labels, positions, the truncate token's vocabulary)."""
 
 import pytest
 

@@ -1,5 +1,4 @@
-"""language/gpt2.py: the packed forward over real tokens only, its KV-cache sampler and --compile's blocks, against the
-padded Hugging Face forward (FIDELITY B1, B2, C2)."""
+"""language/gpt2.py: the packed forward, its KV-cache sampler and --compile's blocks against the padded forward."""
 
 import torch
 from helpers.models import PAD, naive_forward, packed_as

@@ -1,5 +1,4 @@
-"""language/oai_checkpoints.py: OpenAI's TF checkpoints converted to our model directories, against a run the original
-repository's own code wrote.
+"""language/oai_checkpoints.py: OpenAI's TF checkpoints converted, against a run the original's own code wrote.
 
 tests/fixtures/oai_tiny_run was made by tests/fixtures/make_oai_checkpoint.py, which imports and runs
 openai/lm-human-preferences (the commit is expected.json's made_by) under tensorflow-cpu 2.21 with tf.compat.v1 shims:

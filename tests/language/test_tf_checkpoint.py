@@ -1,5 +1,4 @@
-"""language/tf_checkpoint.py: the TensorFlow V2 checkpoint reader, by hand and against what TensorFlow lists of a run the
-original repository's own code wrote."""
+"""language/tf_checkpoint.py: the TF checkpoint reader, by hand and against what TensorFlow lists of a run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""language/trained_models.py: oai:NAME and OpenAI's local TF runs resolved (downloaded, converted once, cached) to a
-model directory of ours, and a converted policy loaded."""
+"""language/trained_models.py: oai:NAME and OpenAI's TF runs resolved, converted once, cached and loaded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""offline/pretrain.py: the tiny GPT-2's pretraining, its shared embedding row, and its best-of-4 labels in OpenAI's
-schema."""
+"""offline/pretrain.py: the tiny GPT-2's pretraining, its shared embedding row, its best-of-4 labels."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""queries/batches.py: FIDELITY A4 query processing (by hand and against a loop transcription of the original), A5 the
-query formatter."""
+"""queries/batches.py: FIDELITY A4 query processing (by hand, against a loop transcription), A5 the formatter."""
 
 from __future__ import annotations
 

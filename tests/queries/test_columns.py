@@ -1,5 +1,4 @@
-"""queries/columns.py: a memory-mapped text column (the rows asked, in their order; strings only) and the row-count check
-that says a source is the baseline's."""
+"""queries/columns.py: a memory-mapped text column and the row-count check that says a source is the baseline's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""queries/hub.py: the checks of the Hub's parquet export before any download (a fake Hub API and a fake Hugging Face
-cache), local parquet files and folders (their split, their schema, their text column), and the baseline's texts encoded
-as queries."""
+"""queries/hub.py: the Hub's parquet export checked before any download, local parquet folders, texts as queries."""
 
 from __future__ import annotations
 

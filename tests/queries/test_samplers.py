@@ -1,5 +1,4 @@
-"""queries/samplers.py: the 2019 sources' QuerySampler (processing, repeats, shards), the baseline's HFQuerySampler,
-make_query_sampler's rank blocks, resuming, and the first query line (FIDELITY A1-A4, E9, R15)."""
+"""queries/samplers.py: QuerySampler, HFQuerySampler, make_query_sampler's rank blocks, resuming, the first query."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""queries/streams.py: the seeded shuffles against `random` and `datasets` themselves, each rank's window of rows
-against the baseline's stream, the first window's cache."""
+"""queries/streams.py: the seeded shuffles against `random` and `datasets`, each rank's rows, the cached window."""
 
 from __future__ import annotations
 

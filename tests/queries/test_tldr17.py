@@ -1,6 +1,4 @@
-"""queries/tldr17.py: webis/tldr-17's corpus archive read as its loading script read it (against a naive transcription
-of the script run by `datasets` itself), its table built once and its row count checked, from a local copy or the
-Hugging Face cache."""
+"""queries/tldr17.py: webis/tldr-17's corpus archive read as its loading script read it, its table built once."""
 
 from __future__ import annotations
 
