@@ -32,12 +32,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # file is one group, run by one worker, so its module fixtures are built once; files that share a costly session fixture
 # are one group. Groups go to the workers in the order sorted here (without --no-loadscope-reorder xdist would hand
 # them out by their count of tests, and the few-test slow files would come last, with one worker idle).
-SHARED_GROUPS = {"e2e/test_resume_hardware.py": "ranks/test_emulated.py"}  # both read `exact_policy_runs` (~30 s)
+SHARED_GROUPS = {"e2e/test_resume_hardware.py": "ranks/test_emulated.py",  # both read `exact_policy_runs` (~30 s)
+                 "offline/test_assets.py": "offline/test_task.py"}  # the first unpacks `offline_cache`, the second runs on it
 # the files with the longest runs start first, so that the two workers end together (longest first by their seconds in
 # an idle suite on the 2-core VM, 2026-11-25; the files after them take under 6 s each)
 SLOW_FIRST = ["labelling/test_online.py", "offline/test_task.py", "ranks/test_emulated.py", "run/test_signals.py",
               "benchmarks/test_offline.py", "e2e/test_smoke.py", "run/test_checkpoint.py", "ranks/test_agreement.py",
-              "e2e/test_online_page.py", "utils/test_files.py", "run/test_directory.py", "e2e/test_label_page.py",
+              "e2e/test_online_page.py", "utils/test_files.py", "run/test_directory.py", "offline/test_pretrain.py",
+              "e2e/test_label_page.py",
               "e2e/test_cluster_runs.py", "test_sample.py", "benchmarks/test_compare.py", "e2e/test_user_files.py",
               "test_label.py", "cli/test_run_args.py"]
 

@@ -10,7 +10,7 @@ real tokens left-aligned: a real token's column there is its position id (B1 pad
 plain causal attention over that layout is exactly the original's masked attention. The last block
 computes its attention output and MLP only at the rows whose outputs are read (its keys and values
 still come from every real token). Same numbers as the padded Hugging Face forward within float
-rounding (tests/language/test_model.py), with the same modules and weights; other architectures use that forward.
+rounding (tests/language/test_gpt2.py), with the same modules and weights; other architectures use that forward.
 """
 
 from __future__ import annotations

@@ -84,16 +84,6 @@ def test_the_edges_of_each_range_are_accepted(tmp_path):
     args.finalize(check_inputs=False)
 
 
-def test_truncate_token_outside_the_base_models_vocabulary(assets):
-    from lm_human_preference_details.tasks import TaskHParams, check_task_inputs
-    from lm_human_preference_details.utils.errors import UserError
-
-    task = TaskHParams(query_dataset=str(assets / "queries.txt"), truncate_token=50257)  # [PAD], no real token
-    with pytest.raises(UserError, match=r"--task.truncate-token is 50257, but --base-model .* has 50257 tokens"):
-        check_task_inputs(task, str(assets / "tiny-gpt2"))
-    check_task_inputs(TaskHParams(query_dataset=str(assets / "queries.txt"), truncate_token=50256), str(assets / "tiny-gpt2"))
-
-
 def test_only_process_0_prints_the_error(monkeypatch, capsys):
     from lm_human_preference_details.utils import errors
 
@@ -216,8 +206,6 @@ def bad_files(assets, tmp_path_factory) -> Path:
     (d / "pad-query.json").write_text(json.dumps(pad_query))
     (d / "few-labels.json").write_text(json.dumps(records[:32]))
     return d
-
-
 
 
 # (extra arguments, the message); {f}: bad_files

@@ -55,6 +55,19 @@ def tiny_model_dir(assets) -> Path:
     return assets / "tiny-gpt2"
 
 
+@pytest.fixture(scope="module")
+def tiny_policy(tiny_model_dir):
+    """The tiny GPT-2 as a policy at temperature 0.7 with a random (non-zero) value head, so values are checked too;
+    a test file's tests share it (helpers.models.packed_as switches its packed forward and back)."""
+    from helpers.models import PAD
+    from lm_human_preference_details.language.model import Policy, load_lm
+
+    torch.manual_seed(0)
+    p = Policy(load_lm(str(tiny_model_dir)), PAD, temperature=0.7)
+    torch.nn.init.normal_(p.head.weight, std=0.1)
+    return p
+
+
 @pytest.fixture(scope="session")
 def reward_model(assets, tmp_path_factory) -> Path:
     """A saved tiny reward model the policy script accepts (no reward run needed)."""
@@ -103,6 +116,20 @@ def eager_and_compiled():
         return tuple(results)
 
     return run
+
+
+BOOK_SENTENCES = [f"sentence number {i} , said the {['cat', 'dog', 'owl'][i % 3]} ." for i in range(37)]
+
+
+@pytest.fixture()
+def bookcorpus_parquet(tmp_path):
+    """37 lower-cased, space-tokenised sentences in bookcorpus' schema (one string column `text`)."""
+    import datasets  # seconds to import: only the tests that take this fixture pay it
+
+    path = tmp_path / "bookcorpus" / "train.parquet"
+    path.parent.mkdir()
+    datasets.Dataset.from_dict({"text": BOOK_SENTENCES}).to_parquet(str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,9 @@
-"""FIDELITY A3: the query datasets' sources, their shuffle and their cleaning; the books rebuild."""
+"""queries/oai2019.py: FIDELITY A3, OpenAI's 2019 query sources and their cleaning; the books rebuild."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import random
 
 import pytest
 from helpers.http_server import server_max_in_flight
@@ -58,14 +57,6 @@ def test_cnndm_story_path():
 
 
 # ------------------------------------------------------------------------------ shuffle and shard
-def test_seeded_shuffle_is_the_originals_global_random_shuffle():
-    items = list(range(50))
-    expected = list(items)
-    random.seed(0)  # what books.py / tldr.py / cnndm.py do
-    random.shuffle(expected)
-    assert seeded_shuffle(items, 0) == expected
-    assert items == list(range(50))  # the input is not touched
-    assert seeded_shuffle(items, 1) != expected
 
 
 # ------------------------------------------------------------------------------ local sources
