@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -84,108 +83,16 @@ def test_the_edges_of_each_range_are_accepted(tmp_path):
     args.finalize(check_inputs=False)
 
 
-def test_only_process_0_prints_the_error(monkeypatch, capsys):
-    from lm_human_preference_details.utils import errors
-
-    def fail():
-        raise errors.UserError("--ppo.lr is -1.0")
-
-    monkeypatch.setattr(errors, "OTHER_RANKS_WAIT_S", 0.0)
-    for rank, expected in (("0", "error: --ppo.lr is -1.0\n"), ("1", "error: --ppo.lr is -1.0 (process 1)\n")):
-        monkeypatch.setenv("RANK", rank)
-        with pytest.raises(SystemExit) as e:
-            errors.run_main(fail)
-        assert e.value.code == 2 and capsys.readouterr().err == expected
 
 
-def test_a_collective_that_fails_because_a_peer_died_is_one_line(monkeypatch, capsys):
-    """gloo's error when a peer was killed (kill -9) during a collective: one line, process 0's at once, no traceback;
-    any other unexpected error on process 0 is a bug and keeps its traceback."""
-    from lm_human_preference_details.utils import errors
-
-    def peer_gone():
-        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:4242: Connection reset by peer")
-
-    def bug():
-        raise RuntimeError("a bug of ours")
-
-    monkeypatch.setattr(errors, "OTHER_RANKS_WAIT_S", 0.0)
-    for rank, where in (("0", ""), ("1", " (process 1)")):
-        monkeypatch.setenv("RANK", rank)
-        with pytest.raises(SystemExit) as e:
-            errors.run_main(peer_gone)
-        err = capsys.readouterr().err
-        assert e.value.code == 1 and err.count("\n") == 1 and err.endswith(f"continue with --resume{where}\n"), err
-        assert err.startswith("error: a collective operation failed, so another process of this torchrun job died")
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(RuntimeError, match="a bug of ours"):
-        errors.run_main(bug)
 
 
-def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
-    """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
-    named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
-    from lm_human_preference_details.ranks import agreement
-    from lm_human_preference_details.utils.errors import JobFailed, UserError
-
-    class Job(agreement.AgreeOnFailures):
-        world_size = 3
-
-        def __init__(self, is_main):
-            self.is_main = is_main
-
-    for gathered, line in ((["error: a", "error: b", None], "error: a"),
-                           ([None, "error: b", "error: c"], "error: b (process 1)")):
-        monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
-            slice(None), g))
-        for is_main, error, code in ((True, None, 1), (False, UserError("--x"), 2)):
-            with pytest.raises(JobFailed) as e:
-                Job(is_main).agree_on(error)
-            assert (str(e.value), e.value.exit_code, capsys.readouterr().err) == (line, code, line + "\n" if is_main
-                                                                                  else "")
-    monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
-    Job(True).agree_on(None)  # nobody failed: nothing said, nothing raised
-    assert capsys.readouterr().err == ""
 
 
-LATE_SIGTERM = """
-import atexit, os, signal, sys
-from lm_human_preference_details.utils.errors import run_main
-from lm_human_preference_details.utils.errors import Stopped
-
-def torchrun_stopping_a_process_still_leaving():
-    signal.raise_signal(signal.SIGTERM)  # handled before the next line
-    print("left on its own", flush=True)
-
-def main():
-    raise Stopped("stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001", signal.SIGUSR1)
-
-atexit.register(torchrun_stopping_a_process_still_leaving)
-run_main(main)
-"""
 
 
-def test_an_agreed_stop_ends_every_process_alike_whatever_torchrun_sends_then():
-    """Every process stopped after the same update: process 0 says it, all exit 128 + the signal at once, and torchrun's
-    SIGTERM to those still leaving (sent when the first has exited) changes neither the line nor the status."""
-
-    for rank, err in (("0", "error: stopped by SIGUSR1 after update 0; saved RUN/checkpoints/update_00000001\n"),
-                      ("1", "")):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "RANK": rank}
-        result = subprocess.run([sys.executable, "-c", LATE_SIGTERM], capture_output=True, text=True, env=env, cwd=ROOT,
-                                timeout=300)
-        assert (result.returncode, result.stdout, result.stderr) == (128 + signal.SIGUSR1, "left on its own\n", err)
 
 
-def test_help_is_tyros(capsys):
-    import train_policy
-
-    with pytest.raises(SystemExit) as e:
-        train_policy.main(["--help"])
-    out = capsys.readouterr()
-    assert e.value.code == 0 and out.out.startswith("usage: ") and "--ppo.lr FLOAT" in out.out and not out.err
-    title = train_policy.__doc__.split("\n")[0]  # the help's title: the docstring's first line (entry.run_script)
-    assert " ".join(title.split()) in " ".join(out.out.split())
 
 
 # ------------------------------------------------------------------------- real processes: parse errors, files
@@ -265,31 +172,6 @@ def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
         assert_one_error_line(result, message, status=None, out=tmp_path / "out" / key, cwd=tmp_path / "cwd")
 
 
-def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_model_dir, tmp_path):
-    from helpers.processes import refused_in_process
-
-    run = tmp_path / "run"  # what train_policy.py leaves: config.json, policy/, checkpoints/update_N/state.pt
-    (run / "policy").mkdir(parents=True)
-    (run / "checkpoints" / "update_00000002").mkdir(parents=True)
-    (run / "checkpoints" / "update_00000002" / "state.pt").write_bytes(b"")
-    (run / "config.json").write_text("{}")
-    reward_run = tmp_path / "reward-run"
-    (reward_run / "reward_model").mkdir(parents=True)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    cases = [
-        (["--policy", run / "checkpoints" / "update_00000002"], f"is a training checkpoint of the run {run}, not a saved "
-         f"policy; pass --policy {run / 'policy'}"),
-        (["--policy", run], f"is a run directory, not a saved policy; pass --policy {run / 'policy'}"),
-        (["--policy", reward_run], "is a reward model run (train_reward.py), not a policy"),
-        (["--compare", run, "--policy", tiny_model_dir], f"pass --compare {run / 'policy'}"),
-        ([], "--policy runs/policy_sentiment_seed1/policy does not exist (the default of --task sentiment): train one "
-         "with `python train_policy.py --task sentiment`"),
-    ]
-    for argv, message in cases:
-        result = refused_in_process("lm_human_preference_details.sample", [*argv, "--output-dir", tmp_path / "out"], cwd)
-        assert_one_error_line(result, message, status=None, out=tmp_path / "out", cwd=cwd)
-        assert "--base-model" not in result.stderr  # a flag sample does not have
 
 
 def test_torchrun_prints_the_error_once(assets, tmp_path):
@@ -306,22 +188,6 @@ def test_torchrun_prints_the_error_once(assets, tmp_path):
     assert not (tmp_path / "out").exists() and not any(cwd.iterdir())
 
 
-# ----------------------------------------------------------------------------- the offline report's held-out queries
-def test_offline_report_evaluates_a_run_on_label_queries(tokenizer, tmp_path, monkeypatch):
-    from lm_human_preference_details.offline import corpus as offline_corpus
-    from lm_human_preference_details.offline import report as offline_report
-    from lm_human_preference_details.tasks import TaskHParams
-
-    passages = offline_corpus.corpus(40, seed=2)
-    (tmp_path / "queries_test.txt").write_text("\n\n".join(passages) + "\n")
-    monkeypatch.setattr(offline_report, "offline_dir", lambda: tmp_path)  # where the held-out passages are kept
-    labels_run = TaskHParams(query_dataset="oai-label-queries", query_length=32).resolved()
-    text_run = TaskHParams(query_dataset=str(tmp_path / "queries.txt"), query_length=32).resolved()  # start, end: '.'
-    queries = offline_report.heldout_queries(tokenizer, labels_run, 8, seed=5)
-    # the label file's queries were cut from the corpus with '.' as start and end text (make_labels): so are these
-    assert queries.shape == (8, 32) and queries.equal(offline_report.heldout_queries(tokenizer, text_run, 8, seed=5))
-    texts = [tokenizer.decode([t for t in q if t != tokenizer.pad_token_id]) for q in queries.tolist()]
-    assert all(any(t.strip()[:20] in p for p in passages) for t in texts)
 
 
 # ------------------------------------------------------------------------------ paths and models, checked in-process
@@ -396,17 +262,3 @@ def test_a_model_that_cannot_be_our_policy_is_one_line_in_every_tool(assets, for
         assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_what_can_be_a_policy_is_judged_from_the_config():
-    """check_lm_config without architectures in the config (a hub config, a hand-written one): by the model type."""
-    from transformers import BertConfig, GPT2Config, T5Config
-
-    from lm_human_preference_details.language.model_files import check_lm_config
-    from lm_human_preference_details.utils.errors import UserError
-
-    for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
-        with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):
-            check_lm_config(config.to_dict(), "m")
-    check_lm_config(BertConfig(vocab_size=50257, is_decoder=True).to_dict(), "m")  # a BERT made causal attends back only
-    check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 88, "q + r")
-    with pytest.raises(UserError, match=r"^q \+ r = 89 positions, but m has room for 88; lower --task.query-length"):
-        check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 89, "q + r")

@@ -1,5 +1,7 @@
 """language/model_files.py: a model directory and its config checked before any weight loads."""
 
+from __future__ import annotations
+
 import pytest
 
 
@@ -35,3 +37,19 @@ def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
     (copy / "config.json").unlink()
     with pytest.raises(UserError, match="is not a model directory \\(it holds tokenizer files only\\)"):
         check_model_files(copy, "--base-model", "fix")
+
+
+def test_what_can_be_a_policy_is_judged_from_the_config():
+    """check_lm_config without architectures in the config (a hub config, a hand-written one): by the model type."""
+    from transformers import BertConfig, GPT2Config, T5Config
+
+    from lm_human_preference_details.language.model_files import check_lm_config
+    from lm_human_preference_details.utils.errors import UserError
+
+    for config, what in [(BertConfig(vocab_size=50257), "a model of type 'bert'"), (T5Config(), "a model of type 't5'")]:
+        with pytest.raises(UserError, match=f"^m is {what}, not a causal language model; pass a GPT-2"):
+            check_lm_config(config.to_dict(), "m")
+    check_lm_config(BertConfig(vocab_size=50257, is_decoder=True).to_dict(), "m")  # a BERT made causal attends back only
+    check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 88, "q + r")
+    with pytest.raises(UserError, match=r"^q \+ r = 89 positions, but m has room for 88; lower --task.query-length"):
+        check_lm_config(GPT2Config(n_positions=88).to_dict(), "m", 89, "q + r")

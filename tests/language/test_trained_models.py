@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.oai_run import EXPECTED, FIXTURE, TOL, fixture_tokens
 
 from lm_human_preference_details.language import trained_models
@@ -76,3 +77,30 @@ def test_converted_oai_policy_reports_gpt2_as_its_initial_model(tmp_path):
     policy, base = trained_models.load_policy(local, load_tokenizer(local), 0.7, "cpu")
     assert base == "gpt2"  # OpenAI's policies were fine-tuned from GPT-2 124M: --compare initial loads it
     assert policy.temperature == 0.7 and policy.n_vocab == EXPECTED_VOCAB
+
+
+def test_sample_on_a_run_directory_or_checkpoint_names_the_policy_to_pass(tiny_model_dir, tmp_path):
+    from helpers.processes import refused_in_process
+
+    run = tmp_path / "run"  # what train_policy.py leaves: config.json, policy/, checkpoints/update_N/state.pt
+    (run / "policy").mkdir(parents=True)
+    (run / "checkpoints" / "update_00000002").mkdir(parents=True)
+    (run / "checkpoints" / "update_00000002" / "state.pt").write_bytes(b"")
+    (run / "config.json").write_text("{}")
+    reward_run = tmp_path / "reward-run"
+    (reward_run / "reward_model").mkdir(parents=True)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    cases = [
+        (["--policy", run / "checkpoints" / "update_00000002"], f"is a training checkpoint of the run {run}, not a saved "
+         f"policy; pass --policy {run / 'policy'}"),
+        (["--policy", run], f"is a run directory, not a saved policy; pass --policy {run / 'policy'}"),
+        (["--policy", reward_run], "is a reward model run (train_reward.py), not a policy"),
+        (["--compare", run, "--policy", tiny_model_dir], f"pass --compare {run / 'policy'}"),
+        ([], "--policy runs/policy_sentiment_seed1/policy does not exist (the default of --task sentiment): train one "
+         "with `python train_policy.py --task sentiment`"),
+    ]
+    for argv, message in cases:
+        result = refused_in_process("lm_human_preference_details.sample", [*argv, "--output-dir", tmp_path / "out"], cwd)
+        assert_one_error_line(result, message, status=None, out=tmp_path / "out", cwd=cwd)
+        assert "--base-model" not in result.stderr  # a flag sample does not have

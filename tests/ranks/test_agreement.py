@@ -8,6 +8,8 @@ Failures are injected with a sitecustomize.py put first on the processes' PYTHON
 process 0 only (RANK 0), so the code under test is the scripts' own.
 """
 
+from __future__ import annotations
+
 import errno
 import fcntl
 import json
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from lm_human_preference_details.run.directory import LOCK, MARKER
 
@@ -114,3 +118,29 @@ def test_a_tracker_write_that_fails_on_process_0(assets, reward_model, tmp_path)
 def test_any_exception_on_process_0_inside_main_first(assets, reward_model, tmp_path):
     proc = torchrun_policy(assets, reward_model, tmp_path, tmp_path / "run", inject="main_first")
     assert_job_failed_together(proc, "error: unexpected RuntimeError: injected on process 0")
+
+
+def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
+    """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
+    named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
+    from lm_human_preference_details.ranks import agreement
+    from lm_human_preference_details.utils.errors import JobFailed, UserError
+
+    class Job(agreement.AgreeOnFailures):
+        world_size = 3
+
+        def __init__(self, is_main):
+            self.is_main = is_main
+
+    for gathered, line in ((["error: a", "error: b", None], "error: a"),
+                           ([None, "error: b", "error: c"], "error: b (process 1)")):
+        monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
+            slice(None), g))
+        for is_main, error, code in ((True, None, 1), (False, UserError("--x"), 2)):
+            with pytest.raises(JobFailed) as e:
+                Job(is_main).agree_on(error)
+            assert (str(e.value), e.value.exit_code, capsys.readouterr().err) == (line, code, line + "\n" if is_main
+                                                                                  else "")
+    monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
+    Job(True).agree_on(None)  # nobody failed: nothing said, nothing raised
+    assert capsys.readouterr().err == ""
