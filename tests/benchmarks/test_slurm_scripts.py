@@ -1,4 +1,4 @@
-"""benchmarks/slurm_*.sbatch stop before the time limit, requeue themselves and come back with --resume (issue 42).
+"""benchmarks/slurm_*.sbatch stop before the time limit, requeue themselves and come back with --resume.
 
 No Slurm here: the scripts run under bash with stand-ins for srun (runs its command here), scontrol (one host name;
 records a requeue) and python (records its arguments, then trains until a signal, or ends at once)."""

@@ -1,4 +1,4 @@
-"""Bad input of every kind ends in one `error:` line naming the flag, a non-zero exit, and nothing written (issue 22).
+"""Bad input of every kind ends in one `error:` line naming the flag, a non-zero exit, and nothing written.
 
 Values are checked in-process through Args.finalize (fast); parse errors, files read before the run and `sample` as
 the scripts' main(argv) under their errors.run_main in this process (test_smoke.refused_in_process: a process of their

@@ -1,4 +1,4 @@
-"""Issue 42: every process agrees where a run stands before it trains. Process 0 decides (its run directory's marker,
+"""Every process agrees where a run stands before it trains. Process 0 decides (its run directory's marker,
 finished model and last checkpoint with its checksums); a process that sees another run directory (node-local disks,
 or a relative --output-dir taken from each launcher's working directory) ends the job in one line, and one that sees
 the same run (a shared directory, or a faithful copy) resumes from process 0's checkpoint."""

@@ -1,4 +1,4 @@
-"""Issue 31: --resume on other hardware: another number of torchrun processes, fewer GPUs, another device kind."""
+"""--resume on other hardware: another number of torchrun processes, fewer GPUs, another device kind."""
 
 import json
 import shutil

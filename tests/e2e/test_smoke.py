@@ -99,7 +99,7 @@ def test_same_seed_same_numbers(reward_run, assets, tmp_path):
 
 @pytest.fixture(scope="module")
 def bad_inputs(assets, tmp_path_factory):
-    """Directories and files that are wrong in each of the ways a user met (issue 17): built once, offline."""
+    """Directories and files that are wrong in each of the ways a user met: built once, offline."""
     import shutil
 
     from lm_human_preference_details.language.model import Policy, RewardModel, load_lm, save_model_dir
@@ -142,7 +142,7 @@ NO_NETWORK = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_ENDPOINT": "
 NO_NETWORK_ERROR = ("you appear to be offline; set HF_HUB_OFFLINE=1 to use what the Hugging Face cache holds, or pass "
                     "--base-model DIR")
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch that sees no CUDA GPU")
-# Every bad input of issue 17 (and the earlier ones), one line each. {a}: the test assets, {b}: bad_inputs.
+# Every bad input a user met, one line each. {a}: the test assets, {b}: bad_inputs.
 REWARD_CASES = [
     pytest.param(["--labels.source", "{a}"], "--labels.source {a} is a directory", id="label-path-is-a-directory"),
     pytest.param(["--labels.source", "{b}/labels.json"], "fix it or pass another --labels.source", id="local-labels-bad-json"),

@@ -1,4 +1,4 @@
-"""Issue #30, "nothing lost, round two": links, a literal `~`, `sample`'s run directory, disk full, damaged metrics,
+"""A user's files are never lost: links, a literal `~`, `sample`'s run directory, disk full, damaged metrics,
 checkpoint checksums, compare.py's unreadable input and label files. The data-loss cases assert every user file's
 bytes unchanged; the others assert the exit status, one `error:` line, no traceback, and what is left on disk."""
 
@@ -237,7 +237,7 @@ def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(asse
     out = tmp_path / "runs" / "r"
     status, err, _ = refused(*reward_argv(assets, out))
     assert status == 2 and len(err) == 1 and "No space left on device" in err[0], err
-    assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md rule 5)
+    assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md)
 
 
 

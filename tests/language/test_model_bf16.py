@@ -1,5 +1,5 @@
-"""Issue 31: under --bf16 (autocast) the LM head's logits, log-softmax, sampled log-prob and the chunked backward's
-softmax are float32, equal to the float32 computation from the same hidden states; issue 42: so are the value and
+"""language/model.py under --bf16 (autocast) the LM head's logits, log-softmax, sampled log-prob and the chunked backward's
+softmax are float32, equal to the float32 computation from the same hidden states; so are the value and
 reward heads.
 
 GPT-2's logits lie near -100, where bfloat16's step is 0.5: the head here is built so that its logits do too (a
@@ -70,7 +70,7 @@ def test_chunked_logprobs_and_their_backward_are_float32_under_bf16_autocast(kee
 
 
 def test_value_and_reward_heads_are_float32_under_bf16_autocast():
-    """Issue 42: the scalar heads (values, rewards) compute in float32 under --bf16, as the LM head does: every call of
+    """The scalar heads (values, rewards) compute in float32 under --bf16, as the LM head does: every call of
     the head, from the policy's forward, analyze_responses and sample and the reward model's forward, gives float32
     outputs equal to the float32 product of its inputs, where a bfloat16 one is off by ~1e-3 at |v| ~ 1."""
     from transformers import GPT2Config, GPT2LMHeadModel

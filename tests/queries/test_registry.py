@@ -1,4 +1,4 @@
-"""A query source owns its kind (issue 44): a new kind is one class and one registry line, and what a source cannot
+"""A query source owns its kind: a new kind is one class and one registry line, and what a source cannot
 take (a start text, a mode) is one `error:` line when the flags are checked, before any model, download or process
 group."""
 

@@ -1,4 +1,4 @@
-"""Issue 35, query data: a source is one function and one registry line; its kind is decided once, in queries/; the
+"""queries/source.py: a source is one function and one registry line; its kind is decided once, in queries/; the
 subpackage's modules stay small, import downwards only, and are each entered once from the flag to a batch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 30, query files: bad bytes, empty texts and files without a usable query end in one `error:` line naming the
+"""queries/text_files.py: bad bytes, empty texts and files without a usable query end in one `error:` line naming the
 place, before the run starts where the file can be read up front (nothing written), else when the row is drawn."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 31: a failure on one torchrun process is the job's failure (2 gloo processes on the CPU).
+"""ranks/agreement.py: a failure on one torchrun process is the job's failure (2 gloo processes on the CPU).
 
 Each case fails on process 0 alone while process 1 goes on to the next collective. The job must end with process 0's
 one `error:` line, printed once, no traceback from our code, and process 1 stopped by torchrun (SIGTERM, once

@@ -1,5 +1,5 @@
-"""Issue 31: --device auto on a box with no usable GPU, cuda:N made the current device (the CUDA probe faked), the
-minibatch indices on the compute device, and an oai: reward model converted inside an agreement. Issue 42: --device
+"""ranks/devices.py: --device auto on a box with no usable GPU, cuda:N made the current device (the CUDA probe faked), the
+minibatch indices on the compute device, and an oai: reward model converted inside an agreement; --device
 under torchrun, one GPU per process of a node."""
 
 import contextlib

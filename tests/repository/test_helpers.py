@@ -1,4 +1,4 @@
-"""Issue 34: the suite's own helpers keep their promises (each catches the fault it is there to catch)."""
+"""tests/helpers/: the suite's own helpers keep their promises (each catches the fault it is there to catch)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ modules, classes and functions of a readable size."""
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -262,3 +264,50 @@ def test_the_size_check_sees_each_kind():
         "m.py: A 153 lines"]
     assert too_long("x = 1\n" * 451, "m.py", whole_module=True) == ["m.py: 451 lines"]
     assert too_long("x = 1\n" * 451, "m.py", whole_module=False) == []
+
+
+TESTS = ROOT / "tests"
+
+
+def test_every_module_has_its_test_file_in_its_wings_folder():
+    """tests/ mirrors the package: lm_human_preference_details/WING/NAME.py is tested in tests/WING/test_NAME.py."""
+    missing = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
+               and not (TESTS / p.parent.relative_to(PACKAGE) / f"test_{p.name}").is_file()]
+    assert len(list(PACKAGE.rglob("*.py"))) > 40 and not missing, missing
+
+
+def test_no_test_file_imports_another_and_conftest_stays_small():
+    """Shared code lives in tests/helpers/ (with --import-mode=importlib a test file cannot import another anyway)."""
+    test_names = {p.stem for p in TESTS.rglob("test_*.py")}
+    importing = sorted(f"{p.relative_to(TESTS)}: {name}" for p in TESTS.rglob("*.py")
+                       for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+                       for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+                       if name.split(".")[-1] in test_names | {"conftest"})
+    assert not importing, importing
+    assert len((TESTS / "conftest.py").read_text().splitlines()) < 200
+
+
+# what points outside the repository or into its tracker: an issue's number, the team's own folder beside the checkout
+OUTSIDE = re.compile(r"\bissues? ?#?\d+\b|\bshared/|\bSTYLE\.md\b|\brule \d+\b", re.IGNORECASE)
+
+
+def outside_references(text: str) -> list[str]:
+    return [m.group(0) for m in OUTSIDE.finditer(text)]
+
+
+def test_the_outside_check_sees_each_form():
+    # spelled apart, so that this file does not hold them as they stand
+    planted = [p.replace("|", "") for p in ("iss|ue 42", "iss|ue #30", "sha|red/", "STY|LE.md", "ru|le 5")]
+    text = "as {} asked; {}; see ../{}FIDELITY.md and {} ({})".format(*planted)
+    assert outside_references(text) == planted
+    assert outside_references("github.com/openai/lm-human-preferences/issues/17; tissue 4; CONTRIBUTING.md") == []
+
+
+def test_nothing_in_the_repository_points_outside_it_or_at_an_issue_number():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix in {".py", ".md", ".toml", ".sh", ".sbatch", ".html", ".txt", ""} and path.is_file():
+            found += [f"{name}: {ref}" for ref in outside_references(path.read_text(errors="replace"))]
+    assert len(files) > 100 and not found, found

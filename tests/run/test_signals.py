@@ -1,4 +1,4 @@
-"""Issue 42: a stop or a death on a cluster, with two torchrun launchers on localhost (c10d rendezvous, gloo on the CPU),
+"""run/signals.py: a stop or a death on a cluster, with two torchrun launchers on localhost (c10d rendezvous, gloo on the CPU),
 one worker each, as two nodes run a job.
 
 Every case halts both workers at their first update (the LMHP_TEST_EVENTS hook: each stops itself with SIGSTOP), then

@@ -73,7 +73,7 @@ def test_fetch_leaves_no_partial_file_when_the_connection_drops(server, tmp_path
 
 
 def test_a_retry_continues_a_cut_download_from_where_it_stopped(server, tmp_path):
-    """Issue 42: the second attempt asks for the rest of the same version (Range + If-Range), not the whole file."""
+    """The second attempt asks for the rest of the same version (Range + If-Range), not the whole file."""
     base, _, requests = server
     path = fetch(f"{base}/resumable.bin", cache_dir=tmp_path, retries=2, backoff=0)
     assert path.read_bytes() == bytes(range(100))

@@ -1,4 +1,4 @@
-"""Issue 42: a cache entry is built once however many processes reach it (files.cache_lock), and a directory entry's
+"""utils/files.py: a cache entry is built once however many processes reach it (files.cache_lock), and a directory entry's
 publish tolerates a concurrent one (atomic_path(replace=False)): the offline task's assets with the real builder, a
 download, and the directory swap itself."""
 
