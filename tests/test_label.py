@@ -268,7 +268,7 @@ def test_an_empty_output_or_a_port_outside_0_to_65535_is_one_line(field, value, 
 
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
     """Each case as `python -m lm_human_preference_details.label` would end it, in this process
-    (conftest.refused_in_process, with the label tool's cache); test_label_promises runs a real one."""
+    (helpers.processes.refused_in_process, with the label tool's cache); test_label_promises runs a real one."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()

@@ -97,7 +97,7 @@ def test_seed_determinism(assets, saved, tmp_path):
 def test_the_draws_follow_the_seed_for_the_same_queries(saved, tokenizer):
     """sample_policy draws with a generator of its own seeded by --seed: the same contexts give the same responses
     with one seed and others with another (test_seed_determinism changes the queries too)."""
-    policy, _ = policies.load_policy(str(saved["base"]), tokenizer, 1.0, torch.device("cpu"))
+    policy, _ = trained_models.load_policy(str(saved["base"]), tokenizer, 1.0, torch.device("cpu"))
     contexts = torch.tensor([[15496, 995, 13], [40, 588, 340]])
     five, again, six = (sample.sample_policy(policy, contexts, 8, seed) for seed in (5, 5, 6))
     assert five.shape == (2, 8) and torch.equal(five, again) and not torch.equal(five, six)

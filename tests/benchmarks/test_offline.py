@@ -69,7 +69,7 @@ def offline_bench(tmp_path_factory, offline_cache):
 
 
 def bench_in_process(args: list, offline_cache: Path, cwd: Path) -> None:
-    """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (conftest.in_process),
+    """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (helpers.processes.in_process),
     with bench_env's variables; the train_policy run of each seed it runs too (`python train_policy.py FLAGS`, as
     ``main(FLAGS)``). In-process because `offline_bench` runs the benchmark's command line and its train_policy
     subprocess for real, and a second interpreter here would only import torch again; a failed run fails the test."""

@@ -1,7 +1,7 @@
 """Bad input of every kind ends in one `error:` line naming the flag, a non-zero exit, and nothing written.
 
 Values are checked in-process through Args.finalize (fast); parse errors, files read before the run and `sample` as
-the scripts' main(argv) under their errors.run_main in this process (test_smoke.refused_in_process: a process of their
+the scripts' main(argv) under their errors.run_main in this process (helpers.processes.refused_in_process: a process of their
 own would only add torch's imports), torchrun in real processes, each in an empty working directory that must stay
 empty.
 """

@@ -132,7 +132,7 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
     """`--nnodes 2` on localhost (c10d), each launcher in its own directory with `--output-dir runs/x --resume`, after
     a run that saved in node 0's only: one error line, both launchers fail, no traceback, node 0's run untouched and
     nothing left in node 1's directory, whichever launcher c10d makes process 0. The first run, on 1 process, is made
-    in this process (conftest.in_process) in node 0's directory."""
+    in this process (helpers.processes.in_process) in node 0's directory."""
     site = tmp_path / "site"  # the view is looked at again for 1 s, not the 30 s a shared file system may need
     site.mkdir()
     (site / "sitecustomize.py").write_text("import lm_human_preference_details.run.directory as d\n"

@@ -66,7 +66,7 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, exact_policy_runs, tmp_path):
-    """A reward model, then 2 PPO updates with --exact-ranks, a checkpoint after each (conftest.exact_policy),
+    """A reward model, then 2 PPO updates with --exact-ranks, a checkpoint after each (helpers.processes.exact_policy),
     uninterrupted on 1 process and on 2 (the shared runs), then each resumed from its update-1 checkpoint on the other
     count: by 2 torchrun processes, and by 1 (in this process, as exact_policy runs it, while the pair runs:
     conftest.beside_its_pair)."""

@@ -131,7 +131,7 @@ def reward_argv(assets: Path, out: Path) -> list:
 
 def test_a_literal_tilde_in_output_dir_is_the_home_directory_for_checks_and_writes(assets, tmp_path):
     """Data loss 2: `--output-dir=~/userdir` (a tilde the shell left alone) never writes to `./~/userdir`, and a second
-    run into it is refused. The first run trains in this process (conftest.in_process, with this test's HOME and
+    run into it is refused. The first run trains in this process (helpers.processes.in_process, with this test's HOME and
     working directory); the refused second is the file's one real `python train_reward.py`, whose HOME and working
     directory come from its environment as a user's do."""
     home, cwd = tmp_path / "home", tmp_path / "cwd"

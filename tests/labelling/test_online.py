@@ -239,7 +239,7 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
         killed_at(run_dir, env, at, resume=i > 0)
         left[at] = what_is_left(run_dir)
     assert not (run_dir / "summary.json").exists()  # killed before its end, every time
-    # the last resume runs to the end in this process (conftest.in_process: the same run bit for bit on one thread,
+    # the last resume runs to the end in this process (helpers.processes.in_process: the same run bit for bit on one thread,
     # without a new interpreter's imports); the killed runs and the uninterrupted one are real processes
     in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=run_dir.parent,
                env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})

@@ -68,7 +68,7 @@ def test_a_label_file_replaced_during_a_session_is_left_alone_and_the_choice_not
 
 def test_output_paths_that_cannot_be_ours_are_one_line(cache, tmp_path):
     """The last case is a real `python -m lm_human_preference_details.label` (the line and status as a user gets them);
-    the three output paths are refused in this process (conftest.refused_in_process), where a new interpreter would
+    the three output paths are refused in this process (helpers.processes.refused_in_process), where a new interpreter would
     only add its imports, with the same cache."""
     (tmp_path / "link.json").symlink_to("nowhere")  # a dangling link of the user's
     (tmp_path / "mine.txt").write_text("mine")
@@ -166,13 +166,13 @@ def test_an_item_is_leased_only_while_its_tab_lives(tmp_path, monkeypatch):
         waiting = state("c")
         assert waiting["item"] is None and waiting["leased"] == 2  # not "every item is decided"
         for _ in range(3):  # a's and b's tabs say they are alive: their items stay theirs
-            clock.now += 0.6 * label_session.LEASE_S
+            clock.now += 0.6 * session.LEASE_S
             assert call(url, "/api/alive", {"client": "a"})[0] == 200
             assert call(url, "/api/alive", {"client": "b"})[0] == 200
             assert state("c")["item"] is None
         assert call(url, "/api/release", {"client": "a"})[0] == 200  # a's tab closes: its item is free at once
         assert state("c")["item"]["index"] == 0
-        clock.now += label_session.LEASE_S  # b's tab died without a word: its lease ends, c's tab lives on
+        clock.now += session.LEASE_S  # b's tab died without a word: its lease ends, c's tab lives on
         assert call(url, "/api/alive", {"client": "c"})[0] == 200
         assert state("d")["item"]["index"] == 1
     session.close()

@@ -29,7 +29,7 @@ def test_offline_task_end_to_end(tmp_path, offline_cache):
     the preset's 256 held-out queries. Half the preset's labels (768 of 1536: the reward model's training on them, a
     third of the run, is the point, not its last few points of accuracy) and five PPO updates: a minute or more on a
     CPU. With them a run measured held-out accuracy 0.73 (bound 0.33), a gain of 0.33 initial stds (bound 0.2), KL
-    6.97 (bound 12); with all 1536 labels 0.76, 0.46, 6.9. In this process (conftest.in_process, one thread: two spin
+    6.97 (bound 12); with all 1536 labels 0.76, 0.46, 6.9. In this process (helpers.processes.in_process, one thread: two spin
     at OpenMP's barriers whenever another process takes a core): the command line of `--task offline` runs for real
     in test_bench_offline's benchmark and test_online's runs, and a new interpreter here would only import torch."""
     env = {"LMHP_CACHE": offline_cache, "WANDB_MODE": "disabled"}

@@ -88,7 +88,7 @@ CASES = {  # file (in query_files), the message
 
 
 def test_bad_query_files_are_refused_before_the_run_writes_anything(assets, query_files, tmp_path):
-    """Each case as `python train_reward.py` ends on it, run in this process (test_smoke.refused_in_process)."""
+    """Each case as `python train_reward.py` ends on it, run in this process (helpers.processes.refused_in_process)."""
     from helpers.processes import refused_in_process
 
     (tmp_path / "cwd").mkdir()

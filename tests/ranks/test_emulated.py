@@ -128,7 +128,7 @@ def _combined_args(assets):
 
 def test_one_and_two_processes_give_the_same_run_bit_for_bit(exact_policy_runs):
     """--exact-ranks (the offline demo's default): a reward model, then 2 PPO updates, in one run on 1 process and on 2
-    (torchrun, gloo), 4 emulated ranks, 1 CPU thread per process (conftest.exact_policy_runs): identical metrics and
+    (torchrun, gloo), 4 emulated ranks, 1 CPU thread per process (helpers.fixtures.exact_policy_runs): identical metrics and
     weights of both phases, bit for bit.
 
     Each rank's share takes its own backward pass and its own statistics, and the ranks' gradients are added in one
@@ -136,7 +136,7 @@ def test_one_and_two_processes_give_the_same_run_bit_for_bit(exact_policy_runs):
     (the next test) the sampler reads later draws from weights that differ at rounding level, and a token whose CDF
     boundary lies within 1e-7 of its uniform flips every few hundred draws, so long runs part ways.
     """
-    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # conftest.exact_policy
+    (p1, _), (p2, two) = exact_policy_runs[1], exact_policy_runs[2]  # helpers.processes.exact_policy
     assert_same_run(p1 / "reward", p2 / "reward", "reward_model")
     assert json.loads((p2 / "reward" / "config.json").read_text())["world_size"] == 2
     assert_same_run(p1, p2, "policy")
@@ -173,7 +173,7 @@ print(f"process {os.environ['RANK']}: gloo threads {max(joined)} -> {gloo_thread
 @pytest.fixture(scope="module")
 def fused_runs(assets, tmp_path_factory) -> tuple[Path, Path, str]:
     """The combined run (`_combined_args`: a reward model, then PPO) without --exact-ranks on 1 process (in this one,
-    conftest.in_process) and on 2 (torchrun, gloo, micro-batches of 4 sequences, each process counting gloo's threads:
+    helpers.processes.in_process) and on 2 (torchrun, gloo, micro-batches of 4 sequences, each process counting gloo's threads:
     COUNT_GLOO) -> (1-process run directory, 2-process one, the pair's stdout). One torchrun launch for both phases and
     the threads' count: each launch costs three interpreters' imports, far more than these runs' own work."""
     root = tmp_path_factory.mktemp("fused")

@@ -90,7 +90,7 @@ TINY_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.tru
 UPDATES = 6
 
 
-# Every run of this file on one CPU thread, in this process (conftest.one_thread) and in the subprocesses (`_env`): on
+# Every run of this file on one CPU thread, in this process (helpers.fixtures.one_thread) and in the subprocesses (`_env`): on
 # two, these tiny runs spent ~40% more CPU time (OpenMP's threads waiting for work), and runs compared bit for bit share
 # a count.
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -160,7 +160,7 @@ def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to) -> tuple[str
 def test_sigterm_to_both_launchers_stops_every_process_after_one_update_and_resume_continues_the_same_run(
         assets, reward_model, tmp_path):
     """As Slurm or `docker stop` stop a job: SIGTERM to each node's torchrun, which passes it on to its workers. The
-    resume and the uninterrupted run to compare with are 1-process runs in this process (conftest.in_process): the
+    resume and the uninterrupted run to compare with are 1-process runs in this process (helpers.processes.in_process): the
     stopped job is the torchrun run here, and a resume on another process count is --exact-ranks' promise."""
     def terminate_launchers(launchers, pids):
         for launcher in launchers:

@@ -1,4 +1,4 @@
-"""The shared run options' checks (cli.py, devices.py): numbers, the device, the output directory; each a one-line
+"""utils/checks.py: a flag value's checks (numbers, the device, the output directory), each a one-line
 UserError."""
 
 import re

@@ -106,7 +106,7 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
 def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path):
     """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
     no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in
-    this process (conftest.in_process) with that cache as its LMHP_CACHE."""
+    this process (helpers.processes.in_process) with that cache as its LMHP_CACHE."""
     env = {**os.environ, "LMHP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
            "OMP_NUM_THREADS": "1"}
     sizes = ["--task", "offline", "--labels.num-train", "64", "--batch-size", "16", "--rollout-batch-size", "32",
