@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lm_human_preference_details import sample
-from lm_human_preference_details.language import trained_models as policies
+from lm_human_preference_details.language import trained_models
 from lm_human_preference_details.language.model import Policy, RewardModel, load_lm, load_model_dir, save_model_dir
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 from lm_human_preference_details.utils.errors import UserError

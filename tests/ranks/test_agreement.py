@@ -92,7 +92,8 @@ def existing_policy_run(path: Path) -> Path:
 
 def test_a_directory_held_by_a_live_run(assets, reward_model, tmp_path):
     """A refusal by the run directory's checks (here its lock; the same path for a rerun without --resume or a run of
-    the other kind, each checked on one process by tests/run/test_directory.py) ends the job in one line and leaves the run as it was."""
+    the other kind, each checked on one process by tests/run/test_directory.py) ends the job in one line and leaves the
+    run as it was."""
     run_dir = existing_policy_run(tmp_path / "run")
     with open(run_dir / LOCK, "w") as held:  # a live run holds the lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)

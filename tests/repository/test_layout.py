@@ -108,7 +108,8 @@ def test_the_package_is_in_wings_each_with_its_map():
 
 
 def test_the_commands_share_policy_loading_and_import_no_command():
-    """sample.py and label.py are commands: both load policies through language/trained_models.py, and no module imports either."""
+    """sample.py and label.py are commands: both load policies through language/trained_models.py, and no module
+    imports either."""
     importers = {p.stem for p in PACKAGE.rglob("*.py") if imports_of(p) & {"sample", "label"}}
     assert {"language.trained_models"} <= imports_of(PACKAGE / "sample.py") & imports_of(PACKAGE / "label.py")
     assert not importers, importers
