@@ -35,7 +35,7 @@ from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.ranks.devices import pick_device
 from lm_human_preference_details.ranks.emulated import check_seed
-from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task
+from lm_human_preference_details.tasks import TaskHParams, check_task, check_task_inputs, get_task, positions_needed
 from lm_human_preference_details.utils.checks import check_at_least
 from lm_human_preference_details.utils.errors import Interrupted, UserError, run_main
 from lm_human_preference_details.utils.progress import progress
@@ -81,7 +81,7 @@ class Args:
         check_task(self.task)
         self.task = self.task.resolved()
         if self.policy is not None:
-            check_policy_path("--policy", self.policy, None, self.task)
+            check_policy_path("--policy", self.policy, None, positions_needed(self.task))
         get_task(self.task_name).prepare()  # a task's local assets, before their files are checked
         check_task_inputs(self.task, self.base_model, self.labels_source)
         return self

@@ -37,7 +37,7 @@ from lm_human_preference_details.ranks.devices import pick_device
 from lm_human_preference_details.ranks.emulated import Ranks, check_seed
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.run.tracking import Tracker
-from lm_human_preference_details.tasks import TaskHParams, get_task
+from lm_human_preference_details.tasks import TaskHParams, get_task, positions_needed
 from lm_human_preference_details.utils.checks import check_output_dir, expand_home
 from lm_human_preference_details.utils.errors import UserError, run_main
 from lm_human_preference_details.utils.files import new_or_ours
@@ -99,9 +99,9 @@ class Args:
             self.policy = f"runs/policy_{self.task_name}_seed1/policy"
         # each path flag resolved once (cli.expand_home): every check and write below uses these values
         self.policy, self.compare, self.reward_model = map(expand_home, (self.policy, self.compare, self.reward_model))
-        check_policy_path("--policy", self.policy, self.task_name if default else None, self.task)
+        check_policy_path("--policy", self.policy, self.task_name if default else None, positions_needed(self.task))
         if self.compare not in (None, INITIAL):
-            check_policy_path("--compare", self.compare, None, self.task)
+            check_policy_path("--compare", self.compare, None, positions_needed(self.task))
         if self.output_dir is None:
             self.output_dir = f"runs/sample_{self.task_name}_seed{self.seed}"
         self.output_dir = expand_home(self.output_dir)

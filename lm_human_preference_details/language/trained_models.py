@@ -19,22 +19,21 @@ from lm_human_preference_details.language.model_files import (
 from lm_human_preference_details.language.oai_checkpoints import OAI_RUNS_URL, SCOPES, convert_model_dir
 from lm_human_preference_details.language.tf_checkpoint import TFCheckpoint, is_tf_checkpoint, latest_checkpoint
 from lm_human_preference_details.language.tokenizer import load_tokenizer
-from lm_human_preference_details.tasks import TaskHParams, positions_needed
 from lm_human_preference_details.utils import files
 from lm_human_preference_details.utils.downloads import DownloadError, fetch
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import cache_lock
 
 
-def check_policy_path(flag: str, source: str, default_of: str | None, task: TaskHParams) -> None:
+def check_policy_path(flag: str, source: str, default_of: str | None, positions: tuple[int, str]) -> None:
     """A policy path that exists, and not a run directory or its training checkpoints (which hold no model one can
-    sample): each one line naming the policy to pass; then a model that can be a policy for ``task``
-    (model_files.check_lm_config). ``default_of``: the task whose default path ``source`` is."""
+    sample): each one line naming the policy to pass; then a model with room for ``positions`` (the task's
+    `positions_needed`: the count and the flags that make it up). ``default_of``: the task whose default path it is."""
     path = Path(source).expanduser()
     if source.startswith("oai:") or is_tf_checkpoint(path):
         return  # OpenAI's runs: converted (and checked) as they load
     if not is_local_model(source):  # a hub model: cached, or the hub reachable
-        return check_lm_config(base_model_config(source, flag), f"{flag} {source}", *positions_needed(task))
+        return check_lm_config(base_model_config(source, flag), f"{flag} {source}", *positions)
     if not path.exists():
         how = (f" (the default of --task {default_of}): train one with `python train_policy.py --task {default_of}` or "
                if default_of else "; ")
@@ -53,7 +52,7 @@ def check_policy_path(flag: str, source: str, default_of: str | None, task: Task
         raise UserError(f"{flag} {source} is {what}, which has saved no policy yet (train_policy.py writes "
                         f"{run / 'policy'} at its first save); pass {flag} RUN/policy of a saved run")
     config = check_model_files(path, flag, f"pass {flag} RUN/policy as train_policy.py saved it")
-    check_lm_config(config, f"{flag} {source}", *positions_needed(task))
+    check_lm_config(config, f"{flag} {source}", *positions)
 
 
 def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Policy, str]:
