@@ -131,7 +131,7 @@ class Run:
         self.show: dict[str, str] = {}
         self.directory = RunDirectory(args.output_dir, kind, resume=args.resume, overwrite=args.overwrite,
                                       inputs=list(inputs), say=self.print)
-        self._started, self._start_time = False, time.time()
+        self._started, self._start_time, self._loop = False, time.time(), None
 
     is_main = property(lambda self: self.ranks.is_main)
 
@@ -156,6 +156,8 @@ class Run:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
+            if self._loop is not None:  # a failure inside the loop: its signal handlers go now, on this thread
+                self._loop.close()
             if self.saves is not None:
                 self.saves.close(failed=exc_type is not None)
             if self.tracker is not None:
@@ -168,11 +170,8 @@ class Run:
     # -------------------------------------------------------------------------- start: tracker, resume, saver
     def start(self, config: dict, objects: Mapping[str, Any] | None = None, identity: dict | None = None,
               models: Mapping[str, nn.Module] | None = None, tokenizer=None) -> int:
-        """Start logging; on --resume, load the last checkpoint into ``objects``; -> the first update to run.
-
-        ``objects`` (name -> object with state_dict) are what a checkpoint saves; ``identity`` is what a resumed run
-        must match (`check_same_run`); ``models`` are also written as Hugging Face directories RUN/NAME at each save.
-        """
+        """Start logging; on --resume, load the last checkpoint into ``objects`` (what a checkpoint saves; ``identity``:
+        what a resumed run must match; ``models``: also saved as RUN/NAME at each save); -> the first update to run."""
         with self.ranks.agree():  # the tracker (process 0 alone) or a checkpoint may fail: every process stops then
             return self._start(config, objects, identity, models, tokenizer)
 
@@ -224,8 +223,7 @@ class Run:
 
     def checkpoint_due(self, update: int) -> bool:
         """Whether a checkpoint follows ``update``: every --save-interval updates and after the last one."""
-        done = update + 1
-        return self.saves.saver is not None and (done % self.save_interval == 0 or done == self.total)
+        return self.saves.saver is not None and ((update + 1) % self.save_interval == 0 or update + 1 == self.total)
 
     def save_checkpoint(self, update: int) -> None:
         """The checkpoint after ``update`` (`RunSaves.save_after`); before a stop and after the last update, waited for."""
