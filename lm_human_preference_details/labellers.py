@@ -13,7 +13,8 @@ people label.
     gold      a task's gold scorer (the offline task's: offline.py): the sample with the highest gold score, ties to
               the first, exactly as the offline task's label file was made (offline.make_labels)
     command   a program of the user's (a judge model, a script): one JSON request a line on its standard input, one
-              answer a line on its standard output: the best index (0-3) or `skip` (docs/online.md)
+              answer a line on its standard output: the request's id, then the best index (0-3) or `skip`
+              (docs/online.md)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import selectors
 import shlex
 import subprocess
@@ -79,11 +81,16 @@ class GoldLabeller(AnswersAtOnce):
 
 class CommandLabeller(AnswersAtOnce):
     """The user's program, started once and asked one request at a time; a program that dies, hangs past the
-    timeout or answers anything but an index or `skip` ends the run with one line (a checkpoint resumes it)."""
+    timeout or answers anything but its request's id and an index or `skip` ends the run with one line (a checkpoint
+    resumes it).
+
+    Every answer names its request (``ID BEST``), so an answer is never taken for another request's: a program that
+    answers before it reads, or prints a line too many, is refused in one line naming the request, never matched by
+    position."""
 
     def __init__(self, command: str, tokenizer, timeout: float):
         self.command, self.tokenizer, self.timeout = command, tokenizer, timeout
-        self.asked = 0
+        self.asked = 0  # the id of the next request: the requests sent to this program so far
         self.buffer = b""  # output read past the last answer line
         try:
             self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -116,6 +123,10 @@ class CommandLabeller(AnswersAtOnce):
     def ask(self, request: dict, n: int) -> Optional[int]:
         """Send one request, read its answer line within the timeout."""
         where = f"--online.command {self.command!r}, request {request['id']}"
+        if early := self.output_before_asked():
+            raise UserError(f"{where}: the program printed {early[:60]!r} before the request was sent, an answer for no "
+                            f"open request; answer each request once, after reading it, as `ID BEST`; fix the "
+                            "program, then --resume the run")
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
@@ -124,13 +135,18 @@ class CommandLabeller(AnswersAtOnce):
                             "the run") from None
         line = self.read_line(where)
         self.asked += 1
-        answer = line.strip()
-        if answer == "skip":
-            return None
-        if answer.isdigit() and int(answer) < n:
-            return int(answer)
-        raise UserError(f"{where}: answered {answer[:60]!r}; an answer is the best index 0-{n - 1} or skip, one a line; "
-                        "fix the program, then --resume the run")
+        return parse_answer(line, request["id"], n, where)
+
+    def output_before_asked(self) -> str:
+        """A line the program printed before the next request was sent (no request is open then): '' if none."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while b"\n" not in self.buffer and selector.select(timeout=0):
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                self.buffer += chunk
+        return self.buffer.split(b"\n", 1)[0].decode("utf-8", errors="replace") if b"\n" in self.buffer else ""
 
     def read_line(self, where: str) -> str:
         """The program's next line of output, or a UserError when it exits or stays silent past the timeout."""
@@ -160,6 +176,32 @@ class CommandLabeller(AnswersAtOnce):
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
+
+
+ANSWER = re.compile(r"([0-9]{1,18})[ \t]+([0-9]+|skip)", re.ASCII)  # `ID BEST`: ASCII digits only ('²' is no digit)
+
+
+def parse_answer(line: str, open_id: int, n: int, where: str) -> Optional[int]:
+    """The program's answer line to the open request ``open_id`` -> the best index (0..n-1), or None (skip); a
+    UserError for anything else: another request's id (asked before: a second answer; not yet asked: an answer for no
+    open request), no id, or an answer that is not an index or skip."""
+    text = line.strip()
+    match = ANSWER.fullmatch(text)
+    if match is None:
+        raise UserError(f"{where}: answered {text[:60]!r}; an answer is one line `ID BEST`: the request's id, then the "
+                        f"best index 0-{n - 1} or skip; fix the program, then --resume the run")
+    answer_id, best = int(match[1]), match[2]
+    if answer_id != open_id:
+        what = f"a second answer to request {answer_id}" if answer_id < open_id else \
+            f"an answer for request {answer_id}, which is not open"
+        raise UserError(f"{where}: answered {text[:60]!r}, {what}; answer each request once, after reading it, with "
+                        "its own id; fix the program, then --resume the run")
+    if best == "skip":
+        return None
+    if len(best) == 1 and int(best) < n:
+        return int(best)
+    raise UserError(f"{where}: answered {text[:60]!r}; the best index is 0-{n - 1} (or skip); fix the program, then "
+                    "--resume the run")
 
 
 # ---------------------------------------------------------------------------------------------------- the page
@@ -235,6 +277,12 @@ class OnlineSession(PageItems):
             self.leases.release(client)
             self.answered.notify_all()
             return True, self._state(client)
+
+    requests_named = True  # a page from before a resume shows indices that may now name other requests
+
+    def _request_id(self, i: int) -> str:
+        request = self.items[i]["request"]
+        return f"{request.key}:{request.digest[:16]}"
 
     def _is_open(self, item: int) -> bool:
         return item not in self.answers

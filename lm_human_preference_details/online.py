@@ -68,8 +68,8 @@ class OnlineHParams:
     best-of-4 pick) | command (--online.command, a program of yours) | page (the labelling page, served by the run
     on --online.host and --online.port); docs/online.md"""
     command: Optional[str] = None
-    """the command labeller's program: one JSON request a line on its stdin, one answer a line (0-3 or skip) on its
-    stdout (docs/online.md)"""
+    """the command labeller's program: one JSON request a line on its stdin, one answer a line on its stdout, `ID BEST`:
+    the request's id, then 0-3 or skip (docs/online.md)"""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
     host: str = "127.0.0.1"

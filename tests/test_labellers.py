@@ -3,7 +3,9 @@ answering, skipping, dying, hanging and lying."""
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +57,7 @@ for line in sys.stdin:
     open({str(log)!r}, "a").write(line)
     # the longest response wins; the second request is skipped
     best = max(range(4), key=lambda i: len(request["responses"][i]))
-    print("skip" if request["id"] == 1 else best, flush=True)
+    print(request["id"], "skip" if request["id"] == 1 else best, flush=True)
 """)
     labeller = CommandLabeller(command, tokenizer, timeout=60)
     queries, samples = requests(tokenizer)
@@ -73,8 +75,11 @@ for line in sys.stdin:
 @pytest.mark.parametrize("body, message", [
     ("sys.stdin.readline()\nsys.exit(3)\n", "the program exited \\(status 3\\) without an answer"),
     ("sys.stdin.readline()\ntime.sleep(600)\n", "no answer within 1 s \\(--online.timeout\\)"),
-    ("for line in sys.stdin:\n    print(7, flush=True)\n", "answered '7'; an answer is the best index 0-3 or skip"),
-    ("for line in sys.stdin:\n    print('the second', flush=True)\n", "answered 'the second'"),
+    ("for line in sys.stdin:\n    print(0, 7, flush=True)\n", "answered '0 7'; the best index is 0-3 \\(or skip\\)"),
+    ("for line in sys.stdin:\n    print('the second', flush=True)\n", "answered 'the second'; an answer is one line `ID BEST`"),
+    ("for line in sys.stdin:\n    print(2, flush=True)\n", "answered '2'; an answer is one line `ID BEST`"),  # no id
+    ("for line in sys.stdin:\n    print(0, '\u00b2', flush=True)\n", "answered '0 \u00b2'; an answer is one line"),
+    ("for line in sys.stdin:\n    print(0, '9' * 4301, flush=True)\n", "the best index is 0-3"),
 ])
 def test_a_program_that_dies_hangs_or_lies_is_one_line(tmp_path, tokenizer, body, message):
     labeller = CommandLabeller(script(tmp_path, body), tokenizer, timeout=1)
@@ -88,3 +93,40 @@ def test_a_program_that_dies_hangs_or_lies_is_one_line(tmp_path, tokenizer, body
 def test_a_program_that_cannot_start_is_one_line(tmp_path, tokenizer):
     with pytest.raises(UserError, match="cannot start"):
         CommandLabeller(str(tmp_path / "no-such-program"), tokenizer, timeout=1)
+
+
+def asked(tokenizer) -> list:
+    """The two requests of `requests` as the collection submits them (online_answers.Request)."""
+    from lm_human_preference_details.online_answers import Request
+
+    queries, samples = requests(tokenizer)
+    return [Request(0, i, 0, q, s) for i, (q, s) in enumerate(zip(queries.tolist(), samples.tolist()))]
+
+
+@pytest.mark.parametrize("body, kept, message", [
+    # answers before it reads: its first line is out before request 0 is sent (it says when, with the file `ready`)
+    ("print(0, 3, flush=True)\nopen(sys.argv[1], 'w').close()\nfor i, line in enumerate(sys.stdin, 1):\n"
+     "    print(i, 3, flush=True)\n", 0, "request 0: the program printed '0 3' before the request was sent"),
+    # a line too many: two answers to each request
+    ("for line in sys.stdin:\n    i = json.loads(line)['id']\n    print(i, 1)\n    print(i, 2, flush=True)\n", 1,
+     "request 1: "),
+    # another request's id
+    ("for line in sys.stdin:\n    print(json.loads(line)['id'] + 1, 0, flush=True)\n", 0,
+     "request 0: answered '1 0', an answer for request 1, which is not open"),
+], ids=["before-reading", "a-line-too-many", "another-id"])
+def test_an_answer_is_never_taken_for_another_requests(tmp_path, tokenizer, body, kept, message):
+    """Each answer names its request: one that answers no open request, or a second one, is one line naming the
+    program and the request, and only the program's own answer to a request is recorded for it."""
+    ready = tmp_path / "ready"
+    labeller = CommandLabeller(f"{script(tmp_path, body)} {ready}", tokenizer, timeout=60)
+    if "sys.argv[1]" in body:
+        while not ready.exists():  # its early line is out
+            time.sleep(0.05)
+    recorded = []
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        labeller.submit(asked(tokenizer), lambda request, best: recorded.append((request.position, best)))
+    assert "\n" not in str(error.value) and f"--online.command {labeller.command!r}" in str(error.value)
+    assert recorded == [(0, 1)][:kept]  # request 0's own answer, where it gave one; never another request's
+    if kept:
+        assert "a second answer to request 0" in str(error.value) or "printed '0 2' before" in str(error.value)
+    labeller.close()

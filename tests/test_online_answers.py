@@ -140,7 +140,8 @@ def test_the_command_labeller_is_not_asked_again_after_a_resume(tmp_path):
     program.write_text(f"""import json, sys
 for line in sys.stdin:
     open({str(log)!r}, "a").write(line)
-    print("skip" if json.loads(line)["query_tokens"][0] % 5 == 0 else 2, flush=True)
+    request = json.loads(line)
+    print(request["id"], "skip" if request["query_tokens"][0] % 5 == 0 else 2, flush=True)
 """)
     tokenizer = gpt2_tokenizer()
     command = f"{sys.executable} {program}"
@@ -220,3 +221,36 @@ def test_a_resumed_run_may_serve_its_page_elsewhere_but_not_ask_another_program(
     check_same_run(saved, {"online": {**saved["online"], "host": "0.0.0.0", "port": 0}})  # the port was taken since
     with pytest.raises(UserError, match="cannot resume"):
         check_same_run(saved, {"online": {**saved["online"], "labeller": "command", "command": "judge"}})
+
+
+def test_a_page_shown_before_a_resume_is_refused_where_its_index_now_names_another_request(tmp_path):
+    """Through the page's HTTP calls: tab b shows request 0/1 at index 1; tab a answers 0/0; the run is killed and
+    resumed, and the resumed page lists only the open requests, 0/1 at index 0 and 0/2 at index 1. Tab b's click on
+    index 1 names 0/1: refused (409, the page reloads), nothing recorded; reloaded, its click lands on 0/1."""
+    from label_helpers import call
+
+    from lm_human_preference_details.labellers import PageLabeller
+
+    task, tokenizer, path = SimpleNamespace(query_prefix="", query_suffix=""), gpt2_tokenizer(), tmp_path / "answers.jsonl"
+    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
+    log, before = AnswerLog(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
+    before.submit(made, log.record)
+    url = before.server.url()
+    a = call(url, "/api/state?client=a")[1]["item"]
+    b = call(url, "/api/state?client=b")[1]["item"]
+    assert (a["index"], b["index"]) == (0, 1)
+    assert call(url, "/api/label", {"client": "a", "item": 0, "request": a["request"], "best": 3})[0] == 200
+    before.close(), log.close()  # killed, then resumed: the open requests submitted again, in order
+
+    log, after = AnswerLog(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
+    after.submit(made[1:], log.record)
+    url = after.server.url()
+    for stale in ({"item": 1, "request": b["request"]}, {"item": 5, "request": b["request"]}):  # 0/2 now; past the items
+        status, answer = call(url, "/api/label", {"client": "b", **stale, "best": 2})
+        assert status == 409 and answer["reload"] and not answer["kept"], answer
+    assert log.get(made[1]) is UNKNOWN and log.get(made[2]) is UNKNOWN and after.poll() == []
+    reloaded = call(url, "/api/state?client=b")[1]["item"]
+    assert (reloaded["index"], reloaded["request"]) == (0, b["request"])  # the same request, at its new index
+    assert call(url, "/api/label", {"client": "b", "item": 0, "request": b["request"], "best": 2})[0] == 200
+    assert after.poll() == [(made[1], 2)] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
+    after.close(), log.close()
