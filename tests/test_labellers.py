@@ -76,7 +76,7 @@ for line in sys.stdin:
     ("sys.stdin.readline()\nsys.exit(3)\n", "the program exited \\(status 3\\) without an answer"),
     ("sys.stdin.readline()\ntime.sleep(600)\n", "no answer within 1 s \\(--online.timeout\\)"),
     ("for line in sys.stdin:\n    print(0, 7, flush=True)\n", "answered '0 7'; the best index is 0-3 \\(or skip\\)"),
-    ("for line in sys.stdin:\n    print('the second', flush=True)\n", "answered 'the second'; an answer is one line `ID BEST`"),
+    ("for line in sys.stdin:\n    print('the second', flush=True)\n", "answered 'the second'; an answer is one line"),
     ("for line in sys.stdin:\n    print(2, flush=True)\n", "answered '2'; an answer is one line `ID BEST`"),  # no id
     ("for line in sys.stdin:\n    print(0, '\u00b2', flush=True)\n", "answered '0 \u00b2'; an answer is one line"),
     ("for line in sys.stdin:\n    print(0, '9' * 4301, flush=True)\n", "the best index is 0-3"),
