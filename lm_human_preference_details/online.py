@@ -22,6 +22,7 @@ train_policy.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from lm_human_preference_details.checkpoint import event, rng_state, set_rng_sta
 from lm_human_preference_details.cli import check_at_least
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
+from lm_human_preference_details.label_journal import is_int
 from lm_human_preference_details.labellers import check_can_serve
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
@@ -153,10 +155,14 @@ class LabelJournal:
 
     def __init__(self, path: Path):
         self.path = path
-        self.records: list[dict] = json.loads(path.read_text()) if path.is_file() else []
+        self.records: list[dict] = read_journal(path)
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def digest(self, n: int) -> str:
+        """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a journal cut or changed."""
+        return hashlib.sha256(json.dumps(self.records[:n]).encode()).hexdigest()
 
     def keep(self, n: int) -> None:
         """Drop the records past the first ``n`` (a resumed run makes them again, the same ones)."""
@@ -180,6 +186,26 @@ class LabelJournal:
             tmp.write_text(json.dumps(self.records))
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+
+
+RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The journal's records (none when there is no journal), or a one-line UserError naming the file when it is not
+    the journal this run wrote: not a file, not JSON (cut), or not a list of best-of-4 records."""
+    if not os.path.lexists(path):
+        return []
+    if not path.is_file():
+        raise UserError(f"{path} is not a file; it is the run's journal of labels: {RECOVER}")
+    try:
+        records = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{path} is not JSON: it was cut or changed (the run writes it whole); {RECOVER}") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) and is_int(r.get("best")) and 0 <= r["best"] < BEST_OF
+                                                for r in records):
+        raise UserError(f"{path} is not a list of best-of-{BEST_OF} records: it was changed; {RECOVER}")
+    return records
 
 
 class OnlineCollection:
@@ -209,16 +235,35 @@ class OnlineCollection:
 
     def state_dict(self) -> dict:
         return {"requests": self.requests, "batches": self.batches, "labels": len(self.journal),
-                "trainings": self.trainings, "sampler": self.sampler.state_dict(),
+                "journal": self.journal.digest(len(self.journal)), "trainings": self.trainings,
+                "sampler": self.sampler.state_dict(),
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
+        self.check_journal(state["labels"], state.get("journal"))
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
         self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
+
+    def check_journal(self, labels: int, digest: Optional[str]) -> None:
+        """On resume: the journal holds the checkpoint's ``labels`` records as they were (``digest``), and each is an
+        answer of the record (answers.jsonl); a file cut, emptied or changed since is one line naming it, never a run
+        that differs or waits for labels that cannot come."""
+        journal = self.journal
+        if len(journal) < labels or (digest is not None and journal.digest(labels) != digest):
+            what = f"holds {len(journal)} records, fewer than" if len(journal) < labels else "differs from"
+            raise UserError(f"{journal.path} {what} the checkpoint's {labels}: it was cut or changed since the "
+                            f"checkpoint; {RECOVER}")
+        given = self.answers.labels()
+        from_oai = lambda tokens: [self.pad_id if t == OAI_PAD else t for t in tokens]  # noqa: E731
+        for i, record in enumerate(journal.records[:labels]):
+            request = Request(0, 0, 0, from_oai(record["query"]), [from_oai(record[f"sample{k}"]) for k in range(BEST_OF)])
+            if (request.digest, record["best"]) not in given:
+                raise UserError(f"{self.answers.path} has no answer for record {i} of {journal.path.name}: it was cut "
+                                f"or changed since the checkpoint; {RECOVER}")
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -277,6 +322,9 @@ class OnlineCollection:
                               f"{n}; every label given is kept (online/answers.jsonl): --resume continues", signum)
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
+            if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
+                raise UserError(f"{self.journal.path} holds {len(self.journal)} labels and no request is open: the "
+                                f"{need} PPO waits for cannot come (the journal lost labels); {RECOVER}")
             if time.monotonic() - last >= PROGRESS_S:
                 last = time.monotonic()
                 self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.errors import UserError
+from lm_human_preference_details.label_journal import is_int
 
 UNKNOWN = object()  # no answer recorded for a request (None is an answer: the request was skipped)
 
@@ -54,6 +55,10 @@ class AnswerLog:
     def __init__(self, path: Path):
         self.path = path
         self.answers: dict[str, tuple[str, Optional[int]]] = {}  # key -> (hash, best)
+        for where, kind, is_kind in ((path.parent, "a directory", Path.is_dir), (path, "a file", Path.is_file)):
+            if os.path.lexists(where) and not is_kind(where):
+                raise UserError(f"{where} is not {kind}: the run keeps its answers there; move it away (or put back the "
+                                "run's own) and run the same command again")
         path.parent.mkdir(parents=True, exist_ok=True)
         complete = self._read() if path.is_file() else 0
         self.file = open(path, "ab")
@@ -66,14 +71,23 @@ class AnswerLog:
         for number, line in enumerate(data[:complete].splitlines(), 1):
             try:
                 record = json.loads(line)
-                self.answers[record["key"]] = (record["hash"], record["best"])
+                key, digest, best = record["key"], record["hash"], record["best"]
             except (ValueError, KeyError, TypeError):
+                key = digest = best = None
+            # a best is an index 0..3 or null (skipped), checked here as it is read, not when a model trains on it
+            if not (isinstance(key, str) and isinstance(digest, str) and
+                    (best is None or is_int(best) and 0 <= best < 4)):
                 raise UserError(f"{self.path} line {number} is not an answer this run recorded; the file was changed: "
                                 "restore it or start a new run (--output-dir)") from None
+            self.answers[key] = (digest, best)
         return complete
 
     def __len__(self) -> int:
         return len(self.answers)
+
+    def labels(self) -> set[tuple[str, int]]:
+        """(hash, best) of every answer that is a label (not a skip)."""
+        return {(digest, best) for digest, best in self.answers.values() if best is not None}
 
     def get(self, request: Request):
         """The answer recorded for ``request`` (an index, or None: skipped), or UNKNOWN."""

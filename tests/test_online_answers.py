@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -254,3 +255,112 @@ def test_a_page_shown_before_a_resume_is_refused_where_its_index_now_names_anoth
     assert call(url, "/api/label", {"client": "b", "item": 0, "request": b["request"], "best": 2})[0] == 200
     assert after.poll() == [(made[1], 2)] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
     after.close(), log.close()
+
+
+def records(path: Path) -> list:
+    return json.loads(path.read_text())
+
+
+def answer_lines(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def edit_best(best):
+    """answers.jsonl with the first label's best replaced by ``best``."""
+    def edit(online: Path) -> None:
+        lines = answer_lines(online / "answers.jsonl")
+        first = next(line for line in lines if line["best"] is not None)
+        first["best"] = best
+        (online / "answers.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return edit
+
+
+def as_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def as_file(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+    path.write_text("mine")
+
+
+# what was done to RUN/online after the checkpoint (8 labels, taken after update 0; 22 journaled since) -> the file the
+# resume's one line names, and what it says
+DAMAGES = {
+    "journal cut to its first 5": (lambda d: (d / "labels.json").write_text(json.dumps(records(d / "labels.json")[:5])),
+                                   "labels.json holds 5 records, fewer than the checkpoint's 8"),
+    "journal record 3 removed": (lambda d: (d / "labels.json").write_text(json.dumps(
+        [r for i, r in enumerate(records(d / "labels.json")) if i != 3])), "labels.json differs from the checkpoint's 8"),
+    "journal deleted": (lambda d: (d / "labels.json").unlink(), "labels.json holds 0 records, fewer than"),
+    "journal emptied to []": (lambda d: (d / "labels.json").write_text("[]"), "labels.json holds 0 records, fewer than"),
+    "journal cut mid-JSON": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
+                             "labels.json is not JSON: it was cut or changed"),
+    "journal {}": (lambda d: (d / "labels.json").write_text("{}"), "labels.json is not a list of best-of-4 records"),
+    "journal a directory": (lambda d: as_directory(d / "labels.json"), "labels.json is not a file"),
+    "answers a directory": (lambda d: as_directory(d / "answers.jsonl"), "answers.jsonl is not a file"),
+    "online a file": (lambda d: as_file(d), "online is not a directory"),
+    "answers cut to 3 lines": (lambda d: (d / "answers.jsonl").write_text("".join(
+        line + "\n" for line in (d / "answers.jsonl").read_text().splitlines()[:3])), "answers.jsonl has no answer for "
+                                                                                        "record 2 of labels.json"),
+    "answers best 7": (edit_best(7), "answers.jsonl line 1 is not an answer this run recorded"),
+    "answers best '2'": (edit_best("2"), "answers.jsonl line 1 is not an answer this run recorded"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> tuple[Path, dict]:
+    """A collection's RUN/online past its checkpoint (after update 0: 8 labels; 22 after update 1) -> (the directory,
+    the checkpoint's state)."""
+    online_dir = tmp_path_factory.mktemp("run") / "online"
+    online_dir.mkdir()
+    online = collection(online_dir / "labels.json", SlowLabeller(), [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    state = copy.deepcopy(online.state_dict())
+    online.before_episode(1, FakePolicy(), (None, {}))
+    online.answers.close()
+    return online_dir, state
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_journal_or_record_damaged_after_the_checkpoint_is_one_line_on_resume(checkpointed, tmp_path, damage):
+    """Cut, emptied, deleted, edited or replaced by a directory or a file: --resume says which file and how to recover,
+    in one line, before the collection asks or trains anything; never a run that differs or waits for labels."""
+    import shutil
+
+    online_dir = tmp_path / "online"
+    shutil.copytree(checkpointed[0], online_dir)
+    do, message = DAMAGES[damage]
+    do(online_dir)
+    labeller = NoAnswers()
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        resumed = collection(online_dir / "labels.json", labeller, [])
+        resumed.load_state_dict(copy.deepcopy(checkpointed[1]))
+    assert "\n" not in str(error.value) and ("restore" in str(error.value) or "move it away" in str(error.value))
+    assert not labeller.asked
+
+
+def test_a_journal_record_changed_is_found_without_the_checkpoints_hash(checkpointed, tmp_path):
+    """A checkpoint of an older run holds no hash of its journal: each record is still checked against the answers."""
+    import shutil
+
+    online_dir = tmp_path / "online"
+    shutil.copytree(checkpointed[0], online_dir)
+    changed = records(online_dir / "labels.json")
+    changed[2]["best"] = (changed[2]["best"] + 1) % 4
+    (online_dir / "labels.json").write_text(json.dumps(changed))
+    state = {k: v for k, v in copy.deepcopy(checkpointed[1]).items() if k != "journal"}
+    resumed = collection(online_dir / "labels.json", NoAnswers(), [])
+    with pytest.raises(UserError, match="answers.jsonl has no answer for record 2 of labels.json"):
+        resumed.load_state_dict(state)
+
+
+def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
+    """The journal lost labels while the run waits for them, and every request is answered: nothing more can come."""
+    online = collection(tmp_path / "labels.json", SlowLabeller(), [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    online.journal.records = []
+    with pytest.raises(UserError, match="holds .* labels and no request is open: the 22 PPO waits for cannot come"):
+        online.before_episode(1, FakePolicy(), (None, {}))
