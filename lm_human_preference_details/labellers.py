@@ -23,8 +23,10 @@ import atexit
 import json
 import os
 import re
+import select
 import selectors
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -37,6 +39,7 @@ from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.label_server import LabelServer, who_can_reach
 from lm_human_preference_details.label_session import PageItems
 from lm_human_preference_details.online_answers import Request
+from lm_human_preference_details.signals import Stopped
 from lm_human_preference_details.tokenizer import decode
 
 
@@ -44,6 +47,7 @@ class AnswersAtOnce:
     """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
 
     ready: tuple = ()  # [(request, answer)] answered since the last poll
+    stop_received: Callable[[], Optional[int]] = staticmethod(lambda: None)  # the run's stop (the collection's)
 
     def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
         queries = torch.tensor([r.query for r in requests])  # [b, query_length]
@@ -61,6 +65,18 @@ class AnswersAtOnce:
 
     def close(self) -> None:
         pass
+
+
+def split_command(command: str) -> list[str]:
+    """--online.command as the program and its arguments (shell-like quoting), or a one-line UserError."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:  # an unterminated quote, a lone backslash at the end
+        raise UserError(f"--online.command {command!r} cannot be split into a program and its arguments ({e}); quote "
+                        "it as a shell would") from None
+    if not argv:
+        raise UserError("--online.labeller command needs --online.command, the program to run")
+    return argv
 
 
 class GoldLabeller(AnswersAtOnce):
@@ -93,7 +109,10 @@ class CommandLabeller(AnswersAtOnce):
         self.asked = 0  # the id of the next request: the requests sent to this program so far
         self.buffer = b""  # output read past the last answer line
         try:
-            self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # a session of its own: its whole process group is ended with the run, and it is not in the terminal's
+            # foreground group, so a Ctrl-C is the run's stop alone, never the program's death
+            self.process = subprocess.Popen(split_command(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            start_new_session=True)
         except OSError as e:
             raise UserError(f"--online.command {command!r} cannot start ({e.strerror or e}); pass a program that "
                             "runs") from None
@@ -131,8 +150,7 @@ class CommandLabeller(AnswersAtOnce):
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise UserError(f"{where}: the program has exited (status {self.process.wait()}); fix it, then --resume "
-                            "the run") from None
+            raise self.failed(where, "closed its input before the request was sent") from None
         line = self.read_line(where)
         self.asked += 1
         return parse_answer(line, request["id"], n, where)
@@ -149,33 +167,73 @@ class CommandLabeller(AnswersAtOnce):
         return self.buffer.split(b"\n", 1)[0].decode("utf-8", errors="replace") if b"\n" in self.buffer else ""
 
     def read_line(self, where: str) -> str:
-        """The program's next line of output, or a UserError when it exits or stays silent past the timeout."""
+        """The program's next line of output, or a UserError when it exits, closes its output, stays silent past the
+        timeout (counted from the request to the newline) or prints more than MAX_LINE bytes without a newline;
+        Stopped when the run receives a stop signal meanwhile (looked at every LOOK_S)."""
         deadline = time.monotonic() + self.timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            while b"\n" not in self.buffer:
-                if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                    self.close(grace=0)  # a program that hangs is not waited for again
-                    raise UserError(f"{where}: no answer within {self.timeout:g} s (--online.timeout); fix the "
-                                    "program or raise --online.timeout, then --resume the run")
-                chunk = os.read(self.process.stdout.fileno(), 65536)
-                if not chunk:
-                    raise UserError(f"{where}: the program exited (status {self.process.wait()}) without an answer; "
-                                    "fix it, then --resume the run")
-                self.buffer += chunk
+        poll = select.poll()
+        poll.register(self.process.stdout, select.POLLIN)
+        poll.register(self.process.stdin, 0)  # no event asked: POLLERR alone, once the program closes its input
+        while b"\n" not in self.buffer:
+            self.check_stop(where)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close(grace=0)  # a program that hangs is not waited for again
+                raise UserError(f"{where}: no answer within {self.timeout:g} s (--online.timeout); fix the program or "
+                                "raise --online.timeout, then --resume the run")
+            events = dict(poll.poll(min(left, LOOK_S) * 1000))
+            if not events.get(self.process.stdout.fileno(), 0) & (select.POLLIN | select.POLLHUP):
+                if events.get(self.process.stdin.fileno()):
+                    raise self.failed(where, "closed its input")
+                continue
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            if not chunk:
+                raise self.failed(where, "closed its output")
+            self.buffer += chunk
+            if b"\n" not in self.buffer and len(self.buffer) > MAX_LINE:
+                self.close(grace=0)
+                raise UserError(f"{where}: printed more than {MAX_LINE} bytes without a newline; an answer is one short "
+                                "line `ID BEST`; fix the program, then --resume the run")
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode("utf-8", errors="replace")
 
+    def check_stop(self, where: str) -> None:
+        """Stopped at once when the run has received a stop signal (the program is ended: --resume asks it again)."""
+        if (signum := self.stop_received()) is not None:
+            self.close(grace=0)
+            raise Stopped(f"stopped by {signal.Signals(signum).name} while {where} was asked; every answer given is "
+                          "kept (online/answers.jsonl): --resume continues", signum)
+
+    def failed(self, where: str, what: str) -> UserError:
+        """The program ``what`` ("closed its output", "closed its input"): it exited, or it stays and is ended now; a
+        stop signal the run received meanwhile (a Ctrl-C, scancel's SIGTERM to the job) is the run's stop, said as a
+        stop, not the program's failure."""
+        try:
+            how = f"exited (status {self.process.wait(timeout=LOOK_S)})"
+        except subprocess.TimeoutExpired:
+            how = f"{what} and kept running; it was ended"
+        self.close(grace=0)
+        self.check_stop(where)
+        return UserError(f"{where}: the program {how} without an answer; fix it, then --resume the run")
+
     def close(self, grace: float = 5.0) -> None:
-        """End the program this labeller started: its input closed, then killed if it has not exited within
-        ``grace`` seconds."""
+        """End the program this labeller started: its input closed, then its whole process group killed if it has not
+        exited within ``grace`` seconds (and whatever it left in its group, after it exited)."""
         if self.process.poll() is None:
             try:
                 self.process.stdin.close()
                 self.process.wait(timeout=grace)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its group: a wrapper's children too
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+
+
+LOOK_S = 0.5  # how often a wait for the program looks at the run's stop
+MAX_LINE = 65536  # bytes of an answer line (`ID BEST` takes a few)
 
 
 ANSWER = re.compile(r"([0-9]{1,18})[ \t]+([0-9]+|skip)", re.ASCII)  # `ID BEST`: ASCII digits only ('²' is no digit)

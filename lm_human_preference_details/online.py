@@ -39,7 +39,7 @@ from lm_human_preference_details.cli import check_at_least
 from lm_human_preference_details.errors import UserError
 from lm_human_preference_details.files import atomic_path
 from lm_human_preference_details.label_journal import is_int
-from lm_human_preference_details.labellers import check_can_serve
+from lm_human_preference_details.labellers import check_can_serve, split_command
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online_answers import UNKNOWN, AnswerLog, Request
 from lm_human_preference_details.ppo import truncate_responses
@@ -50,6 +50,7 @@ from lm_human_preference_details.torchrun import torchrun_world
 LABELLERS = ("gold", "command", "page")
 BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
 PROGRESS_S = 10.0  # while PPO waits for labels, a line of progress this often
+MAX_TIMEOUT_S = 7 * 24 * 3600  # --online.timeout's bound
 
 
 @dataclass
@@ -97,8 +98,11 @@ class OnlineHParams:
             raise UserError(f"--online.labeller {self.labeller!r} is not one of {', '.join(LABELLERS)}; pass one of them")
         if self.labeller == "command" and not (self.command or "").strip():
             raise UserError("--online.labeller command needs --online.command, the program to run")
-        if not self.timeout > 0 or not math.isfinite(self.timeout):
-            raise UserError(f"--online.timeout is {self.timeout}; pass a positive number of seconds")
+        if self.labeller == "command":
+            split_command(self.command)  # an unterminated quote or a lone backslash: one line now
+        if not 0 < self.timeout <= MAX_TIMEOUT_S:
+            raise UserError(f"--online.timeout is {self.timeout:g}; pass a number of seconds, more than 0 and at most "
+                            f"{MAX_TIMEOUT_S} (a week)")
         if self.labeller == "gold" and not hasattr(task, "gold_scores"):
             raise UserError("--online.labeller gold needs a task with a gold scorer (--task offline); pass another "
                             "--online.labeller")
@@ -306,6 +310,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
+            self.stop_if_received("requests went out", n)  # a labeller that skips them all, a huge margin: not forever
             self.request(update, policy)
             self.collect()
 
@@ -317,9 +322,7 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            if (signum := self.stop_received()) is not None:  # the labels may never come: stop now, not after them
-                raise Stopped(f"stopped by {signal.Signals(signum).name} while PPO waited for labels before episode "
-                              f"{n}; every label given is kept (online/answers.jsonl): --resume continues", signum)
+            self.stop_if_received("PPO waited for labels", n)  # the labels may never come: stop now, not after them
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
@@ -330,6 +333,12 @@ class OnlineCollection:
                 self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "
                          f"{last - started:.0f} s")
         self.say(f"online: {len(self.journal)} labels after {time.monotonic() - started:.0f} s; PPO goes on")
+
+    def stop_if_received(self, while_doing: str, n: int) -> None:
+        """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C) meanwhile."""
+        if (signum := self.stop_received()) is not None:
+            raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every "
+                          "label given is kept (online/answers.jsonl): --resume continues", signum)
 
     def collect(self, timeout: float = 0.0) -> None:
         """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
@@ -346,6 +355,7 @@ class OnlineCollection:
         known = [(r, self.answers.get(r)) for r in requests]
         unknown = [r for r, best in known if best is UNKNOWN]
         if unknown:
+            self.labeller.stop_received = self.stop_received  # a program asked at length looks at the run's stop
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):

@@ -3,7 +3,9 @@ answering, skipping, dying, hanging and lying."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -130,3 +132,92 @@ def test_an_answer_is_never_taken_for_another_requests(tmp_path, tokenizer, body
     if kept:
         assert "a second answer to request 0" in str(error.value) or "printed '0 2' before" in str(error.value)
     labeller.close()
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie no one reaped yet: it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.parametrize("body, timeout, message", [
+    # 48 MB on one line: refused past MAX_LINE bytes, not read to its end
+    ("sys.stdin.readline()\nsys.stdout.write('x' * (48 << 20))\nsys.stdout.flush()\ntime.sleep(600)\n", 60,
+     "printed more than 65536 bytes without a newline"),
+    # a byte every 0.1 s, never a newline: the timeout runs from the request to the newline
+    ("sys.stdin.readline()\nwhile True:\n    sys.stdout.write('x')\n    sys.stdout.flush()\n    time.sleep(0.1)\n", 1,
+     "no answer within 1 s"),
+    # its output closed, and it stays
+    ("import os\nsys.stdin.readline()\nos.close(1)\ntime.sleep(600)\n", 60,
+     "the program closed its output and kept running; it was ended"),
+    # its input closed after the request, and it stays
+    ("import os\nsys.stdin.readline()\nos.close(0)\ntime.sleep(600)\n", 60,
+     "the program closed its input and kept running; it was ended"),
+], ids=["48MB-line", "no-newline", "stdout-closed", "stdin-closed"])
+def test_a_program_that_floods_trickles_or_closes_a_pipe_is_one_line_at_once(tmp_path, tokenizer, body, timeout,
+                                                                            message):
+    """Bounded in size and in time (--online.timeout), a closed pipe said at once: the run never hangs on it."""
+    labeller = CommandLabeller(script(tmp_path, body), tokenizer, timeout=timeout)
+    started = time.monotonic()
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        labeller.label(*requests(tokenizer))
+    assert time.monotonic() - started < min(timeout, 1) + 10  # at the timeout or at once, plus a loaded machine's slack
+    assert "\n" not in str(error.value) and "request 0" in str(error.value)
+    assert until(lambda: ended(labeller.process.pid))
+    labeller.close()
+
+
+def test_the_programs_whole_group_ends_with_the_run_and_is_not_the_terminals(tmp_path, tokenizer):
+    """A program behind a wrapper that ignores the end of its input (and SIGTERM) and leaves a child: both end with the
+    labeller; the program runs in a process group of its own, so a Ctrl-C at the terminal reaches the run alone."""
+    pids = tmp_path / "pids"
+    command = script(tmp_path, f"""import os, signal, subprocess
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({str(pids)!r}, "w").write(str(child.pid))
+for line in sys.stdin:
+    print(json.loads(line)["id"], 2, flush=True)
+time.sleep(600)  # the end of its input ignored
+""")
+    labeller = CommandLabeller(command, tokenizer, timeout=60)
+    assert labeller.label(*requests(tokenizer)) == [2, 2]
+    pid = labeller.process.pid
+    assert os.getpgid(pid) == pid != os.getpgrp() and os.getsid(pid) == pid  # not the terminal's foreground group
+    child = int(pids.read_text())
+    labeller.close(grace=1)
+    assert until(lambda: ended(pid) and ended(child))
+
+
+def test_a_stop_ends_a_wait_for_the_program_within_a_second_or_two(tmp_path, tokenizer):
+    from lm_human_preference_details.signals import Stopped
+
+    labeller = CommandLabeller(script(tmp_path, "sys.stdin.readline()\ntime.sleep(600)\n"), tokenizer, timeout=600)
+    signalled = time.monotonic() + 0.5
+    labeller.stop_received = lambda: signal.SIGTERM if time.monotonic() > signalled else None
+    with pytest.raises(Stopped, match="stopped by SIGTERM while --online.command .*, request 0 was asked") as stopped:
+        labeller.submit(asked(tokenizer), lambda request, best: None)
+    assert time.monotonic() - signalled < 2 + 3 and stopped.value.exit_code == 128 + signal.SIGTERM  # 3 s of slack
+    assert until(lambda: ended(labeller.process.pid))
+
+
+def test_a_program_ended_by_the_runs_own_stop_is_said_as_a_stop(tmp_path, tokenizer):
+    """scancel's SIGTERM reaches every process of the job, the program too: its death is the run's stop, not its
+    failure (exit 128 + SIGTERM, not 2)."""
+    from lm_human_preference_details.signals import Stopped
+
+    labeller = CommandLabeller(script(tmp_path, "import os, signal\nsys.stdin.readline()\nos.kill(os.getpid(), "
+                                                "signal.SIGTERM)\n"), tokenizer, timeout=600)
+    labeller.stop_received = lambda: signal.SIGTERM if labeller.process.poll() is not None else None
+    with pytest.raises(Stopped, match="stopped by SIGTERM") as stopped:
+        labeller.submit(asked(tokenizer), lambda request, best: None)
+    assert stopped.value.exit_code == 128 + signal.SIGTERM

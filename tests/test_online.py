@@ -71,6 +71,12 @@ def online_args(*flags: str, task: str = "offline"):
     (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
     (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
     (["--online.num-labels", "2048", "--online.timeout", "0"], "--online.timeout is 0"),
+    (["--online.num-labels", "2048", "--online.timeout", "3e6"], "--online.timeout is 3e\\+06; pass a number of seconds"),
+    (["--online.num-labels", "2048", "--online.timeout", "1e10"], "--online.timeout is 1e\\+10"),
+    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", 'judge "x'],
+     "--online.command 'judge \"x' cannot be split into a program and its arguments \\(No closing quotation\\)"),
+    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", "judge \\"],
+     "cannot be split into a program and its arguments \\(No escaped character\\)"),
 ])
 def test_bad_online_flags_are_one_line_each(flags, message):
     with pytest.raises(UserError, match=message):

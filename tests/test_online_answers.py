@@ -191,12 +191,13 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
 
     from lm_human_preference_details.signals import Stopped
 
-    online = collection(tmp_path / "labels.json", NoAnswers(), [])
+    said: list[str] = []
+    online = collection(tmp_path / "labels.json", NoAnswers(), said)
     looks = []
-    online.stop_received = lambda: looks.append(1) or (signal.SIGTERM if len(looks) >= 3 else None)
+    online.stop_received = lambda: (looks.append(1) or signal.SIGTERM) if said else None  # from the wait's first line
     with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
-    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 3  # at the first look after the signal
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 1  # at the first look after the signal
 
 
 def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
@@ -364,3 +365,43 @@ def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
     online.journal.records = []
     with pytest.raises(UserError, match="holds .* labels and no request is open: the 22 PPO waits for cannot come"):
         online.before_episode(1, FakePolicy(), (None, {}))
+
+
+class SkipsAll:
+    """A labeller that skips every request at once (a judge that cannot decide): requests go out without end."""
+
+    stop_received = None
+
+    def __init__(self):
+        self.asked = 0
+
+    def submit(self, requests, record):
+        self.asked += len(requests)
+        assert self.asked < 10_000, "requests went out without end: the stop was not looked at"
+        self.given = [(r, None) for r in requests]
+        for r in requests:
+            record(r, None)
+
+    def poll(self, timeout=0.0):
+        given, self.given = getattr(self, "given", []), []
+        return given
+
+    def waiting_for(self):
+        return "a labeller that skips all"
+
+    def close(self):
+        pass
+
+
+def test_a_stop_ends_requests_that_go_out_without_end(tmp_path):
+    """Every request skipped (or --online.margin 1000000): new ones go out while the request rule says so, and a stop
+    signal ends that at its next batch, not after hundreds of answers."""
+    import signal
+
+    from lm_human_preference_details.signals import Stopped
+
+    online = collection(tmp_path / "labels.json", SkipsAll(), [])
+    online.stop_received = lambda: signal.SIGTERM if online.labeller.asked >= 40 else None
+    with pytest.raises(Stopped, match="stopped by SIGTERM while requests went out before episode 0") as stopped:
+        online.before_episode(0, FakePolicy(), (None, {}))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and online.labeller.asked == 40  # at the next batch of 4
