@@ -38,7 +38,8 @@ RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what
 # emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes (ranks.py)
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
                         "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
-                        "world_size", "host", "port"}  # host, port: where the online page is served (online.py)
+                        "world_size", "host", "port",  # host, port: where the online page is served (online.py)
+                        "online.command", "online.timeout"}  # the online labeller's program: fixed, it resumes the run
 
 
 # ----------------------------------------------------------------------------------------------- random generators
@@ -106,15 +107,17 @@ def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_same_run(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """A resumed run must compute what the saved one did: only `MAY_CHANGE_ON_RESUME` options may differ."""
+def check_same_run(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """A resumed run must compute what the saved one did: only `MAY_CHANGE_ON_RESUME` options (a key's last part or
+    the whole key) may differ -> the online labeller's options that did ("online.command 'a' -> 'b'"), to say once."""
     old, new = flat_config(saved), flat_config(current)
-    changed = sorted(k for k in old.keys() | new.keys()
-                     if old.get(k) != new.get(k) and k.split(".")[-1] not in MAY_CHANGE_ON_RESUME)
+    differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    changed = [k for k in differ if k.split(".")[-1] not in MAY_CHANGE_ON_RESUME and k not in MAY_CHANGE_ON_RESUME]
     if changed:
         shown = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
         raise UserError(f"cannot resume: this run's options differ from the checkpoint's ({shown}); pass the same "
                         "options, or --overwrite to start again")
+    return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in differ if k.startswith("online.")]
 
 
 # ----------------------------------------------------------------------------------------------- tests' hook
@@ -247,7 +250,7 @@ def resume_checkpoint(path: Path | None, identity: Mapping[str, Any], quiet: boo
     if path is None:
         return {"update": 0, "elapsed": 0.0, "tracker": {}}
     checkpoint = load_checkpoint(path, RESUMABLE, quiet)
-    check_same_run(checkpoint["config"], identity)
+    checkpoint["changed"] = check_same_run(checkpoint["config"], identity)
     return checkpoint
 
 

@@ -381,6 +381,10 @@ class OnlineCollection:
         self.submit(requests)
         event(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
 
+    def last_model(self) -> tuple:
+        """The last training's reward model and hparams (its saved model), or (None, {}) before the first."""
+        return self.training(self.trainings - 1) if self.trainings else (None, {})
+
     def training(self, k: int) -> tuple:
         """Training k (or its saved model), from the initial model with a new head; the policy run's random state
         untouched, so that a resumed run that reuses the model goes on as the run that trained it."""

@@ -14,6 +14,7 @@ writes what a started run saves.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ from torch import nn
 
 from lm_human_preference_details.checkpoint import (
     BackgroundSaver,
+    check_same_run,
     checkpoint_dir,
     event,
     restore,
@@ -172,11 +174,26 @@ class Run:
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)
+        if checkpoint.get("changed") and self.is_main:
+            self.print(f"resumed with the online labeller's options changed: {', '.join(checkpoint['changed'])}")
         first = restore(checkpoint, objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
                               dict(models or {}), tokenizer)
         return first
+
+    def check_options(self, config: dict) -> None:
+        """On --resume, ``config`` against the run's config.json (its last start's, which passed the checkpoint's
+        check), before anything is trained or written: an option that may not change is refused now, not after a reward
+        model trained or online/ was written (the checkpoint's own check, `start`, follows)."""
+        if self.resume_from is None:
+            return
+        try:
+            saved = json.loads((self.dir / "config.json").read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(saved, dict):
+            check_same_run(saved, json.loads(json.dumps(config, default=str)))
 
     def wait_checkpoint_copy(self) -> None:
         """Block until the last save has copied the weights off them (BackgroundSaver.wait_copied): the loop calls it

@@ -346,3 +346,43 @@ def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
     assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
     resumed.before_episode(3, FakePolicy(), (model, hparams))
     assert json.loads((tmp_path / "labels.json").read_text()) == records
+
+
+def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_to_its_end(online_run, tmp_path,
+                                                                                          offline_cache):
+    """On a copy of the finished run: --resume without its --online flags is refused before a reward model trains
+    (no RUN/reward), as is an offline run resumed with --online flags (no online/ written); the finished run resumed
+    with a changed --online.timeout (a fixed program may take longer) says so once and ends as it ended, its closing
+    report made again with the last training's reward model. Seconds: a model load and the closing report."""
+    from conftest import refused_in_process
+    from test_nothing_lost import one_error_line, snapshot
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(online_run, run_dir, symlinks=True)
+    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    argv = policy_command(run_dir, "--resume")[2:]
+    unlocked = lambda: {k: v for k, v in snapshot(run_dir).items() if k != LOCK}  # noqa: E731  (the lock names its pid)
+    before = unlocked()
+    offline_flags = [a for i, a in enumerate(argv) if not (a.startswith("--online.") or argv[i - 1].startswith("--online."))]
+    result = refused_in_process("train_policy.py", offline_flags, run_dir.parent, env)
+    one_error_line(result, "cannot resume: this run's options differ from the checkpoint's (online.margin 12 -> 1000, "
+                           "online.num_labels 48 -> 0")
+    assert not (run_dir / "reward").exists() and unlocked() == before
+
+    as_offline = tmp_path / "offline"  # an offline run's directory: its config.json says so, and it has no online/
+    shutil.copytree(online_run, as_offline, symlinks=True)
+    shutil.rmtree(as_offline / "online")
+    config = json.loads((as_offline / "config.json").read_text())
+    config["online"]["num_labels"] = 0
+    (as_offline / "config.json").write_text(json.dumps(config))
+    result = refused_in_process("train_policy.py", policy_command(as_offline, "--resume")[2:], as_offline.parent, env)
+    one_error_line(result, "online.num_labels 0 -> 48")
+    assert not (as_offline / "online").exists()
+
+    summary = (run_dir / "summary.json").read_bytes()
+    (run_dir / "summary.json").unlink()  # as a kill -9 in the closing report leaves it
+    done = in_process("train_policy.py", *argv, "--online.timeout", "30", cwd=run_dir.parent, env_extra=env)
+    said = done.stdout + done.stderr
+    assert said.count("resumed with the online labeller's options changed: online.timeout 600.0 -> 30.0") == 1, said
+    assert (run_dir / "summary.json").read_bytes() == summary
+    assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()

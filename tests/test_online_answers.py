@@ -216,11 +216,14 @@ def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_pa
     assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
 
 
-def test_a_resumed_run_may_serve_its_page_elsewhere_but_not_ask_another_program():
+def test_a_resumed_run_may_serve_its_page_elsewhere_or_ask_a_fixed_program_but_not_another_labeller():
     from lm_human_preference_details.checkpoint import check_same_run
 
     saved = {"online": {"labeller": "page", "host": "127.0.0.1", "port": 8765, "command": None}}
     check_same_run(saved, {"online": {**saved["online"], "host": "0.0.0.0", "port": 0}})  # the port was taken since
+    fixed = {"online": {**saved["online"], "labeller": "command", "command": "judge --fixed", "timeout": 60.0}}
+    assert check_same_run({"online": {**fixed["online"], "command": "judge", "timeout": 5.0}}, fixed) == [
+        "online.command 'judge' -> 'judge --fixed'", "online.timeout 5.0 -> 60.0"]  # the program fixed, as its line says
     with pytest.raises(UserError, match="cannot resume"):
         check_same_run(saved, {"online": {**saved["online"], "labeller": "command", "command": "judge"}})
 
