@@ -142,6 +142,9 @@ class LabelServer(http.server.ThreadingHTTPServer):
         host_flag, port_flag = flags
         if not 0 <= port <= 65535:
             raise UserError(f"{port_flag} {port} is not a TCP port; pass 1..65535, or 0 for any free port")
+        if not host.strip():  # an empty address binds every interface of the machine: never by accident
+            raise UserError(f"{host_flag} is empty; pass an address of this machine (127.0.0.1: this machine only, or "
+                            "0.0.0.0 to serve every interface on purpose)")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         try:

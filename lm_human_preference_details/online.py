@@ -22,6 +22,7 @@ train_policy.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -88,11 +89,25 @@ class OnlineHParams:
     def check(self, initial_labels: int, task) -> None:
         """The flags against each other and ``task`` (a tasks.Task), each failure one line naming the flag, before
         anything loads."""
+        if self.num_labels < 0:
+            raise UserError(f"--online.num-labels is {self.num_labels}; pass the labels at the end of the run (at least "
+                            f"--rewards.train-new-model.labels.num-train, {initial_labels}), or 0 to collect none")
         if not self.enabled:
+            off = OnlineHParams()
+            given = [f"--online.{f.name.replace('_', '-')}" for f in dataclasses.fields(self)
+                     if f.name != "num_labels" and getattr(self, f.name) != getattr(off, f.name)]
+            if given:
+                raise UserError(f"{', '.join(given)} without --online.num-labels: online collection is off, so "
+                                f"{'they do' if len(given) > 1 else 'it does'} nothing; pass --online.num-labels N (the "
+                                "labels at the end of the run) or drop them")
             return
         check_at_least("--online.num-labels", self.num_labels, initial_labels,
                        "the labels at the end, at least --rewards.train-new-model.labels.num-train (N_r^0)")
         check_at_least("--online.retrainings", self.retrainings, 0, "retrainings after the first training")
+        if self.retrainings > self.num_labels - initial_labels:  # each retraining needs a label that came after the last
+            raise UserError(f"--online.retrainings {self.retrainings} is more than the {self.num_labels - initial_labels} "
+                            "labels that arrive after the first training (--online.num-labels minus --rewards.train-new-"
+                            "model.labels.num-train); pass at most that many")
         check_at_least("--online.margin", self.margin, 0, "requests sent ahead of the labels PPO needs")
         if self.labeller not in LABELLERS:
             raise UserError(f"--online.labeller {self.labeller!r} is not one of {', '.join(LABELLERS)}; pass one of them")

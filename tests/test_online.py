@@ -77,6 +77,14 @@ def online_args(*flags: str, task: str = "offline"):
      "--online.command 'judge \"x' cannot be split into a program and its arguments \\(No closing quotation\\)"),
     (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", "judge \\"],
      "cannot be split into a program and its arguments \\(No escaped character\\)"),
+    (["--online.num-labels", "-5"], "--online.num-labels is -5; pass the labels at the end of the run"),
+    (["--online.labeller", "command", "--online.command", "judge"],
+     "--online.labeller, --online.command without --online.num-labels: online collection is off, so they do nothing"),
+    (["--online.margin", "5"], "--online.margin without --online.num-labels"),
+    (["--online.num-labels", "2048", "--online.retrainings", str(10**10)],
+     "--online.retrainings 10000000000 is more than the 512 labels that arrive after the first training"),
+    (["--online.num-labels", "1576", "--online.retrainings", "1000"], "--online.retrainings 1000 is more than the 40"),
+    (["--online.num-labels", "2048", "--online.labeller", "page", "--online.host", ""], "--online.host is empty"),
 ])
 def test_bad_online_flags_are_one_line_each(flags, message):
     with pytest.raises(UserError, match=message):
