@@ -61,7 +61,7 @@ class AnswerLog:
                                 "run's own) and run the same command again")
         path.parent.mkdir(parents=True, exist_ok=True)
         complete = self._read() if path.is_file() else 0
-        self.file = open(path, "ab")
+        self.file = open(path, "ab", buffering=0)  # unbuffered: a line not kept is never written later by a flush
         self.file.truncate(complete)  # drop a line a kill cut short: it was never acknowledged
 
     def _read(self) -> int:
@@ -95,11 +95,21 @@ class AnswerLog:
         return best if digest == request.digest else UNKNOWN
 
     def record(self, request: Request, best: Optional[int]) -> None:
-        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it."""
-        line = json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n"
-        self.file.write(line.encode())
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it; when it raises (a
+        full disk), the record is as it was before, so a resume never takes the refused answer for a label."""
+        data = (json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n").encode()
+        fd = self.file.fileno()
+        end = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError:  # a full disk: the page says "not kept", so no part of the line may stay to be read on a resume
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
+            raise
         self.answers[request.key] = (request.digest, best)
 
     def close(self) -> None:

@@ -408,3 +408,37 @@ def test_a_stop_ends_requests_that_go_out_without_end(tmp_path):
     with pytest.raises(Stopped, match="stopped by SIGTERM while requests went out before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and online.labeller.asked == 40  # at the next batch of 4
+
+
+def test_a_choice_refused_for_a_full_disk_is_never_a_label_after_a_resume(tmp_path, monkeypatch):
+    """Through the page's HTTP calls: two choices refused (507, "not kept") while the disk is full (the line written,
+    its fsync failing, as a full disk does), then a kill and a resume: neither is an answer; the requests are asked
+    again, and a choice made once there is space is kept."""
+    import errno
+
+    from label_helpers import call
+
+    from lm_human_preference_details import online_answers
+    from lm_human_preference_details.labellers import PageLabeller
+
+    task, path = SimpleNamespace(query_prefix="", query_suffix=""), tmp_path / "answers.jsonl"
+    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
+    log, page = AnswerLog(path), PageLabeller("127.0.0.1", 0, gpt2_tokenizer(), task, path)
+    page.submit(made, log.record)
+    url = page.server.url()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(online_answers.os, "fsync", full)
+    for client in ("a", "b"):
+        item = call(url, f"/api/state?client={client}")[1]["item"]
+        status, answer = call(url, "/api/label", {"client": client, "item": item["index"], "request": item["request"],
+                                                  "best": 1})
+        assert status == 507 and not answer["kept"], answer
+    monkeypatch.undo()
+    item = call(url, "/api/state?client=c")[1]["item"]
+    assert call(url, "/api/label", {"client": "c", "item": item["index"], "request": item["request"], "best": 2})[0] == 200
+    page.close(), log.close()  # killed, then resumed
+    resumed = AnswerLog(path)
+    assert [resumed.get(r) for r in made] == [UNKNOWN, UNKNOWN, 2] and len(path.read_text().splitlines()) == 1
