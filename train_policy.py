@@ -302,8 +302,11 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
-        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed,
-                                                  output_dir=str(journal.path.parent / f"reward_{k:02d}")))
+        out = journal.path.parent / f"reward_{k:02d}"
+        if os.path.lexists(out) and not out.is_dir():  # not the user's --output-dir: say which path and whose it is
+            raise UserError(f"{out} is not a directory; the run trains its online reward model {k} there: move it away, "
+                            "then --resume the run")
+        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, output_dir=str(out)))
         reward_model, _, hparams = load_model_dir(path, "reward", device)
         rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]

@@ -394,3 +394,13 @@ def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_
     assert said.count("resumed with the online labeller's options changed: online.timeout 600.0 -> 30.0") == 1, said
     assert (run_dir / "summary.json").read_bytes() == summary
     assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+
+    # back to before update 1, whose retraining finds a file where its run directory goes: one line naming that path
+    # (not an --output-dir the user never passed)
+    shutil.rmtree(list_checkpoints(run_dir)[-1])
+    shutil.rmtree(run_dir / "online" / "reward_01")
+    (run_dir / "online" / "reward_01").write_text("mine")
+    result = refused_in_process("train_policy.py", argv, run_dir.parent, env)
+    line = one_error_line(result, f"{run_dir / 'online' / 'reward_01'} is not a directory; the run trains its online "
+                                  "reward model 1 there: move it away, then --resume the run")
+    assert "--output-dir" not in line and (run_dir / "online" / "reward_01").read_text() == "mine"
