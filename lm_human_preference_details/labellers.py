@@ -95,6 +95,11 @@ class GoldLabeller(AnswersAtOnce):
         return "the gold scorer"
 
 
+LOOK_S = 0.5  # how often a wait for the program looks at the run's stop
+MAX_LINE = 65536  # bytes of an answer line (`ID BEST` takes a few)
+ANSWER = re.compile(r"([0-9]{1,18})[ \t]+([0-9]+|skip)", re.ASCII)  # `ID BEST`: ASCII digits only ('²' is no digit)
+
+
 class CommandLabeller(AnswersAtOnce):
     """The user's program, started once and asked one request at a time; a program that dies, hangs past the
     timeout or answers anything but its request's id and an index or `skip` ends the run with one line (a checkpoint
@@ -232,13 +237,6 @@ class CommandLabeller(AnswersAtOnce):
         self.process.wait()
 
 
-LOOK_S = 0.5  # how often a wait for the program looks at the run's stop
-MAX_LINE = 65536  # bytes of an answer line (`ID BEST` takes a few)
-
-
-ANSWER = re.compile(r"([0-9]{1,18})[ \t]+([0-9]+|skip)", re.ASCII)  # `ID BEST`: ASCII digits only ('²' is no digit)
-
-
 def parse_answer(line: str, open_id: int, n: int, where: str) -> Optional[int]:
     """The program's answer line to the open request ``open_id`` -> the best index (0..n-1), or None (skip); a
     UserError for anything else: another request's id (asked before: a second answer; not yet asked: an answer for no
@@ -284,6 +282,8 @@ class OnlineSession(PageItems):
     """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
 
     ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
+
+    requests_named = True  # a page from before a resume shows indices that may now name other requests
 
     def __init__(self, tokenizer, task, record_path) -> None:
         self.tokenizer, self.task = tokenizer, task
@@ -335,8 +335,6 @@ class OnlineSession(PageItems):
             self.leases.release(client)
             self.answered.notify_all()
             return True, self._state(client)
-
-    requests_named = True  # a page from before a resume shows indices that may now name other requests
 
     def _request_id(self, i: int) -> str:
         request = self.items[i]["request"]
