@@ -284,6 +284,16 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
+def online_training_dir(online_dir: Path, k: int) -> Path:
+    """RUN/online/reward_KK, where online training k runs (its train_reward.py --output-dir, which the user never
+    passed): a file there is one line naming that path."""
+    out = online_dir / f"reward_{k:02d}"
+    if os.path.lexists(out) and not out.is_dir():
+        raise UserError(f"{out} is not a directory; the run trains its online reward model {k} there: move it away, "
+                        "then --resume the run")
+    return out
+
+
 def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | None:
     """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
     if not args.online.enabled:
@@ -302,10 +312,7 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
-        out = journal.path.parent / f"reward_{k:02d}"
-        if os.path.lexists(out) and not out.is_dir():  # not the user's --output-dir: say which path and whose it is
-            raise UserError(f"{out} is not a directory; the run trains its online reward model {k} there: move it away, "
-                            "then --resume the run")
+        out = online_training_dir(journal.path.parent, k)
         path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, output_dir=str(out)))
         reward_model, _, hparams = load_model_dir(path, "reward", device)
         rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]

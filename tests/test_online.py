@@ -395,12 +395,14 @@ def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_
     assert (run_dir / "summary.json").read_bytes() == summary
     assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
 
-    # back to before update 1, whose retraining finds a file where its run directory goes: one line naming that path
-    # (not an --output-dir the user never passed)
-    shutil.rmtree(list_checkpoints(run_dir)[-1])
-    shutil.rmtree(run_dir / "online" / "reward_01")
-    (run_dir / "online" / "reward_01").write_text("mine")
-    result = refused_in_process("train_policy.py", argv, run_dir.parent, env)
-    line = one_error_line(result, f"{run_dir / 'online' / 'reward_01'} is not a directory; the run trains its online "
-                                  "reward model 1 there: move it away, then --resume the run")
-    assert "--output-dir" not in line and (run_dir / "online" / "reward_01").read_text() == "mine"
+
+def test_a_file_where_an_online_training_runs_is_one_line_naming_it(tmp_path):
+    """RUN/online/reward_01 a file: the line names that path, not an --output-dir the user never passed."""
+    import train_policy
+
+    (tmp_path / "reward_01").write_text("mine")
+    assert train_policy.online_training_dir(tmp_path, 0) == tmp_path / "reward_00"
+    with pytest.raises(UserError) as error:
+        train_policy.online_training_dir(tmp_path, 1)
+    assert str(error.value) == (f"{tmp_path / 'reward_01'} is not a directory; the run trains its online reward model 1 "
+                                "there: move it away, then --resume the run")
