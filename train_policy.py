@@ -285,6 +285,16 @@ def get_reward_model(args: Args, tokenizer, device, ranks: Ranks | None = None) 
     return reward_model.requires_grad_(False), hparams
 
 
+def online_training_dir(online_dir: Path, k: int) -> Path:
+    """RUN/online/reward_KK, where online training k runs (its train_reward.py --output-dir, which the user never
+    passed): a file there is one line naming that path."""
+    out = online_dir / f"reward_{k:02d}"
+    if os.path.lexists(out) and not out.is_dir():
+        raise UserError(f"{out} is not a directory; the run trains its online reward model {k} there: move it away, "
+                        "then --resume the run")
+    return out
+
+
 def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | None:
     """Online data collection (Ziegler et al. 2019, section 2.2) when --online.num-labels is set, else None."""
     if not args.online.enabled:
@@ -303,8 +313,8 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
-        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed,
-                                                  output_dir=str(journal.path.parent / f"reward_{k:02d}")))
+        out = online_training_dir(journal.path.parent, k)
+        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, output_dir=str(out)))
         reward_model, _, hparams = load_model_dir(path, "reward", device)
         rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
@@ -511,6 +521,7 @@ def train(args: Args) -> dict:
     inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,
               args.rewards.train_new_model.labels.source]
     with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
+        run.check_options(dataclasses.asdict(args))  # --resume: the options, before a reward model trains or online/
         task = get_task(args.task_name)
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
@@ -567,6 +578,8 @@ def train(args: Args) -> dict:
                 run.save_checkpoint(update)  # written in the background while the next rollout runs
             if stopping:
                 run.stop_after(update)  # every process ends here: Stopped, 128 + the signal
+        if online and reward_model is None:  # a finished run resumed (or one killed in its closing report): no update
+            reward_model, reward_hparams = online.last_model()  # ran here, and the report scores with the last model
 
     if ranks.is_main:
         print(f"saved policy to {run.dir / 'policy'}")

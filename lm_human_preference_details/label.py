@@ -73,6 +73,9 @@ class Args:
         check_seed(self.seed, 1)
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port {self.port} is not a TCP port; pass 1..65535, or 0 for any free port")
+        if not self.host.strip():  # an empty address binds every interface of the machine: never by accident
+            raise UserError("--host is empty; pass an address of this machine (127.0.0.1: this machine only, or "
+                            "0.0.0.0 to serve every interface on purpose)")
         if self.output is None:
             self.output = f"labels_{self.task_name}_seed{self.seed}.json"
         if not self.output.strip():

@@ -258,7 +258,8 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
     ("output", "  ", "--output is empty; pass the path of the label file to write"),
     ("port", -1, "--port -1 is not a TCP port; pass 1..65535, or 0 for any free port"),
     ("port", 65536, "--port 65536 is not a TCP port; pass 1..65535, or 0 for any free port"),
-], ids=["empty-output", "port-minus-1", "port-65536"])
+    ("host", "", "--host is empty; pass an address of this machine"),  # never every interface
+], ids=["empty-output", "port-minus-1", "port-65536", "empty-host"])
 def test_an_empty_output_or_a_port_outside_0_to_65535_is_one_line(field, value, message):
     args = label.build_args("offline")
     setattr(args, field, value)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from lm_human_preference_details.labelling.journal import is_int
 from lm_human_preference_details.utils.errors import UserError
 
 UNKNOWN = object()  # no answer recorded for a request (None is an answer: the request was skipped)
@@ -54,9 +55,13 @@ class AnswerRecord:
     def __init__(self, path: Path):
         self.path = path
         self.answers: dict[str, tuple[str, Optional[int]]] = {}  # key -> (hash, best)
+        for where, kind, is_kind in ((path.parent, "a directory", Path.is_dir), (path, "a file", Path.is_file)):
+            if os.path.lexists(where) and not is_kind(where):
+                raise UserError(f"{where} is not {kind}: the run keeps its answers there; move it away (or put back the "
+                                "run's own) and run the same command again")
         path.parent.mkdir(parents=True, exist_ok=True)
         complete = self._read() if path.is_file() else 0
-        self.file = open(path, "ab")
+        self.file = open(path, "ab", buffering=0)  # unbuffered: a line not kept is never written later by a flush
         self.file.truncate(complete)  # drop a line a kill cut short: it was never acknowledged
 
     def _read(self) -> int:
@@ -66,14 +71,23 @@ class AnswerRecord:
         for number, line in enumerate(data[:complete].splitlines(), 1):
             try:
                 record = json.loads(line)
-                self.answers[record["key"]] = (record["hash"], record["best"])
+                key, digest, best = record["key"], record["hash"], record["best"]
             except (ValueError, KeyError, TypeError):
+                key = digest = best = None
+            # a best is an index 0..3 or null (skipped), checked here as it is read, not when a model trains on it
+            if not (isinstance(key, str) and isinstance(digest, str) and
+                    (best is None or is_int(best) and 0 <= best < 4)):
                 raise UserError(f"{self.path} line {number} is not an answer this run recorded; the file was changed: "
                                 "restore it or start a new run (--output-dir)") from None
+            self.answers[key] = (digest, best)
         return complete
 
     def __len__(self) -> int:
         return len(self.answers)
+
+    def labels(self) -> set[tuple[str, int]]:
+        """(hash, best) of every answer that is a label (not a skip)."""
+        return {(digest, best) for digest, best in self.answers.values() if best is not None}
 
     def get(self, request: Request):
         """The answer recorded for ``request`` (an index, or None: skipped), or UNKNOWN."""
@@ -81,11 +95,21 @@ class AnswerRecord:
         return best if digest == request.digest else UNKNOWN
 
     def record(self, request: Request, best: Optional[int]) -> None:
-        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it."""
-        line = json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n"
-        self.file.write(line.encode())
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it; when it raises (a
+        full disk), the record is as it was before, so a resume never takes the refused answer for a label."""
+        data = (json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n").encode()
+        fd = self.file.fileno()
+        end = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError:  # a full disk: the page says "not kept", so no part of the line may stay to be read on a resume
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
+            raise
         self.answers[request.key] = (request.digest, best)
 
     def close(self) -> None:

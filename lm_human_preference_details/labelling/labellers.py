@@ -1,6 +1,6 @@
 """Who labels the online collection's requests (online.py): one interface, asynchronous where the labeller is.
 
-    submit(requests, record)   hand over requests (answers.Request); each answer is passed to ``record`` (which
+    submit(requests, record)   hand over requests (online_answers.Request); each answer is passed to ``record`` (which
                                makes it durable) before it is handed back
     poll(timeout)              -> the [(request, answer)] given since the last poll, waiting up to ``timeout`` seconds
                                for one; an answer is the index of the best of the four samples, or None (skipped)
@@ -10,10 +10,11 @@
 gold and command answer each request as it is submitted (`AnswersAtOnce`); the page (`PageLabeller`) answers as
 people label.
 
-    gold      a task's gold scorer (the offline task's): the sample with the highest gold score, ties to
+    gold      a task's gold scorer (the offline task's: offline.py): the sample with the highest gold score, ties to
               the first, exactly as the offline task's label file was made (offline.make_labels)
     command   a program of the user's (a judge model, a script): one JSON request a line on its standard input, one
-              answer a line on its standard output: the best index (0-3) or `skip` (docs/online.md)
+              answer a line on its standard output: the request's id, then the best index (0-3) or `skip`
+              (docs/online.md)
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import select
 import selectors
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -35,13 +39,14 @@ from lm_human_preference_details.labelling.answers import Request
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import PageItems
 from lm_human_preference_details.language.tokenizer import decode
-from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.errors import Stopped, UserError
 
 
 class AnswersAtOnce:
     """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
 
     ready: tuple = ()  # [(request, answer)] answered since the last poll
+    stop_received: Callable[[], Optional[int]] = staticmethod(lambda: None)  # the run's stop (the collection's)
 
     def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
         queries = torch.tensor([r.query for r in requests])  # [b, query_length]
@@ -61,6 +66,18 @@ class AnswersAtOnce:
         pass
 
 
+def split_command(command: str) -> list[str]:
+    """--online.command as the program and its arguments (shell-like quoting), or a one-line UserError."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:  # an unterminated quote, a lone backslash at the end
+        raise UserError(f"--online.command {command!r} cannot be split into a program and its arguments ({e}); quote "
+                        "it as a shell would") from None
+    if not argv:
+        raise UserError("--online.labeller command needs --online.command, the program to run")
+    return argv
+
+
 class GoldLabeller(AnswersAtOnce):
     """A programmatic labeller: it answers every request at once."""
 
@@ -77,16 +94,29 @@ class GoldLabeller(AnswersAtOnce):
         return "the gold scorer"
 
 
+LOOK_S = 0.5  # how often a wait for the program looks at the run's stop
+MAX_LINE = 65536  # bytes of an answer line (`ID BEST` takes a few)
+ANSWER = re.compile(r"([0-9]{1,18})[ \t]+([0-9]+|skip)", re.ASCII)  # `ID BEST`: ASCII digits only ('²' is no digit)
+
+
 class CommandLabeller(AnswersAtOnce):
     """The user's program, started once and asked one request at a time; a program that dies, hangs past the
-    timeout or answers anything but an index or `skip` ends the run with one line (a checkpoint resumes it)."""
+    timeout or answers anything but its request's id and an index or `skip` ends the run with one line (a checkpoint
+    resumes it).
+
+    Every answer names its request (``ID BEST``), so an answer is never taken for another request's: a program that
+    answers before it reads, or prints a line too many, is refused in one line naming the request, never matched by
+    position."""
 
     def __init__(self, command: str, tokenizer, timeout: float):
         self.command, self.tokenizer, self.timeout = command, tokenizer, timeout
-        self.asked = 0
+        self.asked = 0  # the id of the next request: the requests sent to this program so far
         self.buffer = b""  # output read past the last answer line
         try:
-            self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # a session of its own: its whole process group is ended with the run, and it is not in the terminal's
+            # foreground group, so a Ctrl-C is the run's stop alone, never the program's death
+            self.process = subprocess.Popen(split_command(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            start_new_session=True)
         except OSError as e:
             raise UserError(f"--online.command {command!r} cannot start ({e.strerror or e}); pass a program that "
                             "runs") from None
@@ -116,56 +146,123 @@ class CommandLabeller(AnswersAtOnce):
     def ask(self, request: dict, n: int) -> Optional[int]:
         """Send one request, read its answer line within the timeout."""
         where = f"--online.command {self.command!r}, request {request['id']}"
+        if early := self.output_before_asked():
+            raise UserError(f"{where}: the program printed {early[:60]!r} before the request was sent, an answer for no "
+                            f"open request; answer each request once, after reading it, as `ID BEST`; fix the "
+                            "program, then --resume the run")
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise UserError(f"{where}: the program has exited (status {self.process.wait()}); fix it, then --resume "
-                            "the run") from None
+            raise self.failed(where, "closed its input before the request was sent") from None
         line = self.read_line(where)
         self.asked += 1
-        answer = line.strip()
-        if answer == "skip":
-            return None
-        if answer.isdigit() and int(answer) < n:
-            return int(answer)
-        raise UserError(f"{where}: answered {answer[:60]!r}; an answer is the best index 0-{n - 1} or skip, one a line; "
-                        "fix the program, then --resume the run")
+        return parse_answer(line, request["id"], n, where)
 
-    def read_line(self, where: str) -> str:
-        """The program's next line of output, or a UserError when it exits or stays silent past the timeout."""
-        deadline = time.monotonic() + self.timeout
+    def output_before_asked(self) -> str:
+        """A line the program printed before the next request was sent (no request is open then): '' if none."""
         with selectors.DefaultSelector() as selector:
             selector.register(self.process.stdout, selectors.EVENT_READ)
-            while b"\n" not in self.buffer:
-                if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                    self.close(grace=0)  # a program that hangs is not waited for again
-                    raise UserError(f"{where}: no answer within {self.timeout:g} s (--online.timeout); fix the "
-                                    "program or raise --online.timeout, then --resume the run")
+            while b"\n" not in self.buffer and selector.select(timeout=0):
                 chunk = os.read(self.process.stdout.fileno(), 65536)
                 if not chunk:
-                    raise UserError(f"{where}: the program exited (status {self.process.wait()}) without an answer; "
-                                    "fix it, then --resume the run")
+                    break
                 self.buffer += chunk
+        return self.buffer.split(b"\n", 1)[0].decode("utf-8", errors="replace") if b"\n" in self.buffer else ""
+
+    def read_line(self, where: str) -> str:
+        """The program's next line of output, or a UserError when it exits, closes its output, stays silent past the
+        timeout (counted from the request to the newline) or prints more than MAX_LINE bytes without a newline;
+        Stopped when the run receives a stop signal meanwhile (looked at every LOOK_S)."""
+        deadline = time.monotonic() + self.timeout
+        poll = select.poll()
+        poll.register(self.process.stdout, select.POLLIN)
+        poll.register(self.process.stdin, 0)  # no event asked: POLLERR alone, once the program closes its input
+        while b"\n" not in self.buffer:
+            self.check_stop(where)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close(grace=0)  # a program that hangs is not waited for again
+                raise UserError(f"{where}: no answer within {self.timeout:g} s (--online.timeout); fix the program or "
+                                "raise --online.timeout, then --resume the run")
+            events = dict(poll.poll(min(left, LOOK_S) * 1000))
+            if not events.get(self.process.stdout.fileno(), 0) & (select.POLLIN | select.POLLHUP):
+                if events.get(self.process.stdin.fileno()):
+                    raise self.failed(where, "closed its input")
+                continue
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            if not chunk:
+                raise self.failed(where, "closed its output")
+            self.buffer += chunk
+            if b"\n" not in self.buffer and len(self.buffer) > MAX_LINE:
+                self.close(grace=0)
+                raise UserError(f"{where}: printed more than {MAX_LINE} bytes without a newline; an answer is one short "
+                                "line `ID BEST`; fix the program, then --resume the run")
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode("utf-8", errors="replace")
 
+    def check_stop(self, where: str) -> None:
+        """Stopped at once when the run has received a stop signal (the program is ended: --resume asks it again)."""
+        if (signum := self.stop_received()) is not None:
+            self.close(grace=0)
+            raise Stopped(f"stopped by {signal.Signals(signum).name} while {where} was asked; every answer given is "
+                          "kept (online/answers.jsonl): --resume continues", signum)
+
+    def failed(self, where: str, what: str) -> UserError:
+        """The program ``what`` ("closed its output", "closed its input"): it exited, or it stays and is ended now; a
+        stop signal the run received meanwhile (a Ctrl-C, scancel's SIGTERM to the job) is the run's stop, said as a
+        stop, not the program's failure."""
+        try:
+            how = f"exited (status {self.process.wait(timeout=LOOK_S)})"
+        except subprocess.TimeoutExpired:
+            how = f"{what} and kept running; it was ended"
+        self.close(grace=0)
+        self.check_stop(where)
+        return UserError(f"{where}: the program {how} without an answer; fix it, then --resume the run")
+
     def close(self, grace: float = 5.0) -> None:
-        """End the program this labeller started: its input closed, then killed if it has not exited within
-        ``grace`` seconds."""
+        """End the program this labeller started: its input closed, then its whole process group killed if it has not
+        exited within ``grace`` seconds (and whatever it left in its group, after it exited)."""
         if self.process.poll() is None:
             try:
                 self.process.stdin.close()
                 self.process.wait(timeout=grace)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its group: a wrapper's children too
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+
+
+def parse_answer(line: str, open_id: int, n: int, where: str) -> Optional[int]:
+    """The program's answer line to the open request ``open_id`` -> the best index (0..n-1), or None (skip); a
+    UserError for anything else: another request's id (asked before: a second answer; not yet asked: an answer for no
+    open request), no id, or an answer that is not an index or skip."""
+    text = line.strip()
+    match = ANSWER.fullmatch(text)
+    if match is None:
+        raise UserError(f"{where}: answered {text[:60]!r}; an answer is one line `ID BEST`: the request's id, then the "
+                        f"best index 0-{n - 1} or skip; fix the program, then --resume the run")
+    answer_id, best = int(match[1]), match[2]
+    if answer_id != open_id:
+        what = f"a second answer to request {answer_id}" if answer_id < open_id else \
+            f"an answer for request {answer_id}, which is not open"
+        raise UserError(f"{where}: answered {text[:60]!r}, {what}; answer each request once, after reading it, with "
+                        "its own id; fix the program, then --resume the run")
+    if best == "skip":
+        return None
+    if len(best) == 1 and int(best) < n:
+        return int(best)
+    raise UserError(f"{where}: answered {text[:60]!r}; the best index is 0-{n - 1} (or skip); fix the program, then "
+                    "--resume the run")
 
 
 # ---------------------------------------------------------------------------------------------------- the page
-# The labelling page (the server's handler, Host/Origin checks and page; the session's leases)
+# The labelling page (label_server.py's server, handler, Host/Origin checks and page; label_session.py's leases)
 # served from the training run itself, on a thread, over the requests as the run makes them. A choice is recorded
-# durably (the ``record`` the run gave: answers.AnswerRecord, fsynced) before the page is told it is saved; several
+# durably (the ``record`` the run gave: online_answers.AnswerRecord, fsynced) before the page is told it is saved; several
 # tabs label at once, each shown a request no other live tab is shown, and a request answered by one tab is refused
 # to the others. A choice is final: the run may have trained on it, so the page offers no undo.
 
@@ -181,9 +278,11 @@ def check_can_serve(host: str, port: int) -> None:
 
 
 class OnlineSession(PageItems):
-    """The requests the page shows and their answers, for the page server's handler (its session interface); thread-safe.
+    """The requests the page shows and their answers, for label_server.py's handler (its session interface); thread-safe.
 
     ``record`` makes an answer durable; it is called, under the lock, before a choice counts or the page hears of it."""
+
+    requests_named = True  # a page from before a resume shows indices that may now name other requests
 
     def __init__(self, tokenizer, task, record_path) -> None:
         self.tokenizer, self.task = tokenizer, task
@@ -210,7 +309,7 @@ class OnlineSession(PageItems):
             ready, self.ready = self.ready, []
             return ready
 
-    # ------------------------------------------------------------------ what the page asks (server.PageHandler)
+    # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
     def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
         return self._answer(client, item, best)
 
@@ -235,6 +334,10 @@ class OnlineSession(PageItems):
             self.leases.release(client)
             self.answered.notify_all()
             return True, self._state(client)
+
+    def _request_id(self, i: int) -> str:
+        request = self.items[i]["request"]
+        return f"{request.key}:{request.digest[:16]}"
 
     def _is_open(self, item: int) -> bool:
         return item not in self.answers

@@ -16,12 +16,14 @@ random head, one epoch over the labels so far, normalised as the offline reward 
 
 This module holds the schedule (`Schedule`), the run's journal of labels in OpenAI's best-of-4 schema
 (`OnlineLabelFile`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's,
-every answer's durable record answers.py's, the reward model's training train_reward.py's, called back by
+every answer's durable record online_answers.py's, the reward model's training train_reward.py's, called back by
 train_policy.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -34,7 +36,8 @@ from typing import Callable, Optional
 import torch
 
 from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
-from lm_human_preference_details.labelling.labellers import check_can_serve
+from lm_human_preference_details.labelling.journal import is_int
+from lm_human_preference_details.labelling.labellers import check_can_serve, split_command
 from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
@@ -48,6 +51,7 @@ from lm_human_preference_details.utils.torchrun import torchrun_world
 LABELLERS = ("gold", "command", "page")
 BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
 PROGRESS_S = 10.0  # while PPO waits for labels, a line of progress this often
+MAX_TIMEOUT_S = 7 * 24 * 3600  # --online.timeout's bound
 
 
 @dataclass
@@ -68,8 +72,8 @@ class OnlineHParams:
     best-of-4 pick) | command (--online.command, a program of yours) | page (the labelling page, served by the run
     on --online.host and --online.port); docs/online.md"""
     command: Optional[str] = None
-    """the command labeller's program: one JSON request a line on its stdin, one answer a line (0-3 or skip) on its
-    stdout (docs/online.md)"""
+    """the command labeller's program: one JSON request a line on its stdin, one answer a line on its stdout, `ID BEST`:
+    the request's id, then 0-3 or skip (docs/online.md)"""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
     host: str = "127.0.0.1"
@@ -85,18 +89,35 @@ class OnlineHParams:
     def check(self, initial_labels: int, task) -> None:
         """The flags against each other and ``task`` (a tasks.Task), each failure one line naming the flag, before
         anything loads."""
+        if self.num_labels < 0:
+            raise UserError(f"--online.num-labels is {self.num_labels}; pass the labels at the end of the run (at least "
+                            f"--rewards.train-new-model.labels.num-train, {initial_labels}), or 0 to collect none")
         if not self.enabled:
+            off = OnlineHParams()
+            given = [f"--online.{f.name.replace('_', '-')}" for f in dataclasses.fields(self)
+                     if f.name != "num_labels" and getattr(self, f.name) != getattr(off, f.name)]
+            if given:
+                raise UserError(f"{', '.join(given)} without --online.num-labels: online collection is off, so "
+                                f"{'they do' if len(given) > 1 else 'it does'} nothing; pass --online.num-labels N (the "
+                                "labels at the end of the run) or drop them")
             return
         check_at_least("--online.num-labels", self.num_labels, initial_labels,
                        "the labels at the end, at least --rewards.train-new-model.labels.num-train (N_r^0)")
         check_at_least("--online.retrainings", self.retrainings, 0, "retrainings after the first training")
+        if self.retrainings > self.num_labels - initial_labels:  # each retraining needs a label that came after the last
+            raise UserError(f"--online.retrainings {self.retrainings} is more than the {self.num_labels - initial_labels} "
+                            "labels that arrive after the first training (--online.num-labels minus --rewards.train-new-"
+                            "model.labels.num-train); pass at most that many")
         check_at_least("--online.margin", self.margin, 0, "requests sent ahead of the labels PPO needs")
         if self.labeller not in LABELLERS:
             raise UserError(f"--online.labeller {self.labeller!r} is not one of {', '.join(LABELLERS)}; pass one of them")
         if self.labeller == "command" and not (self.command or "").strip():
             raise UserError("--online.labeller command needs --online.command, the program to run")
-        if not self.timeout > 0 or not math.isfinite(self.timeout):
-            raise UserError(f"--online.timeout is {self.timeout}; pass a positive number of seconds")
+        if self.labeller == "command":
+            split_command(self.command)  # an unterminated quote or a lone backslash: one line now
+        if not 0 < self.timeout <= MAX_TIMEOUT_S:
+            raise UserError(f"--online.timeout is {self.timeout:g}; pass a number of seconds, more than 0 and at most "
+                            f"{MAX_TIMEOUT_S} (a week)")
         if self.labeller == "gold" and not hasattr(task, "gold_scores"):
             raise UserError("--online.labeller gold needs a task with a gold scorer (--task offline); pass another "
                             "--online.labeller")
@@ -153,10 +174,14 @@ class OnlineLabelFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self.records: list[dict] = json.loads(path.read_text()) if path.is_file() else []
+        self.records: list[dict] = read_journal(path)
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def digest(self, n: int) -> str:
+        """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a journal cut or changed."""
+        return hashlib.sha256(json.dumps(self.records[:n]).encode()).hexdigest()
 
     def keep(self, n: int) -> None:
         """Drop the records past the first ``n`` (a resumed run makes them again, the same ones)."""
@@ -180,6 +205,26 @@ class OnlineLabelFile:
             tmp.write_text(json.dumps(self.records))
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+
+
+RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The journal's records (none when there is no journal), or a one-line UserError naming the file when it is not
+    the journal this run wrote: not a file, not JSON (cut), or not a list of best-of-4 records."""
+    if not os.path.lexists(path):
+        return []
+    if not path.is_file():
+        raise UserError(f"{path} is not a file; it is the run's journal of labels: {RECOVER}")
+    try:
+        records = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{path} is not JSON: it was cut or changed (the run writes it whole); {RECOVER}") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) and is_int(r.get("best")) and 0 <= r["best"] < BEST_OF
+                                                for r in records):
+        raise UserError(f"{path} is not a list of best-of-{BEST_OF} records: it was changed; {RECOVER}")
+    return records
 
 
 class OnlineCollection:
@@ -209,16 +254,35 @@ class OnlineCollection:
 
     def state_dict(self) -> dict:
         return {"requests": self.requests, "batches": self.batches, "labels": len(self.journal),
-                "trainings": self.trainings, "sampler": self.sampler.state_dict(),
+                "journal": self.journal.digest(len(self.journal)), "trainings": self.trainings,
+                "sampler": self.sampler.state_dict(),
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
+        self.check_journal(state["labels"], state.get("journal"))
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
         self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
+
+    def check_journal(self, labels: int, digest: Optional[str]) -> None:
+        """On resume: the journal holds the checkpoint's ``labels`` records as they were (``digest``), and each is an
+        answer of the record (answers.jsonl); a file cut, emptied or changed since is one line naming it, never a run
+        that differs or waits for labels that cannot come."""
+        journal = self.journal
+        if len(journal) < labels or (digest is not None and journal.digest(labels) != digest):
+            what = f"holds {len(journal)} records, fewer than" if len(journal) < labels else "differs from"
+            raise UserError(f"{journal.path} {what} the checkpoint's {labels}: it was cut or changed since the "
+                            f"checkpoint; {RECOVER}")
+        given = self.answers.labels()
+        from_oai = lambda tokens: [self.pad_id if t == OAI_PAD else t for t in tokens]  # noqa: E731
+        for i, record in enumerate(journal.records[:labels]):
+            request = Request(0, 0, 0, from_oai(record["query"]), [from_oai(record[f"sample{k}"]) for k in range(BEST_OF)])
+            if (request.digest, record["best"]) not in given:
+                raise UserError(f"{self.answers.path} has no answer for record {i} of {journal.path.name}: it was cut "
+                                f"or changed since the checkpoint; {RECOVER}")
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -261,6 +325,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
+            self.stop_if_received("requests went out", n)  # a labeller that skips them all, a huge margin: not forever
             self.request(update, policy)
             self.collect()
 
@@ -272,16 +337,23 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            if (signum := self.stop_received()) is not None:  # the labels may never come: stop now, not after them
-                raise Stopped(f"stopped by {signal.Signals(signum).name} while PPO waited for labels before episode "
-                              f"{n}; every label given is kept (online/answers.jsonl): --resume continues", signum)
+            self.stop_if_received("PPO waited for labels", n)  # the labels may never come: stop now, not after them
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
+            if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
+                raise UserError(f"{self.journal.path} holds {len(self.journal)} labels and no request is open: the "
+                                f"{need} PPO waits for cannot come (the journal lost labels); {RECOVER}")
             if time.monotonic() - last >= PROGRESS_S:
                 last = time.monotonic()
                 self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "
                          f"{last - started:.0f} s")
         self.say(f"online: {len(self.journal)} labels after {time.monotonic() - started:.0f} s; PPO goes on")
+
+    def stop_if_received(self, while_doing: str, n: int) -> None:
+        """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C) meanwhile."""
+        if (signum := self.stop_received()) is not None:
+            raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every "
+                          "label given is kept (online/answers.jsonl): --resume continues", signum)
 
     def collect(self, timeout: float = 0.0) -> None:
         """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
@@ -298,6 +370,7 @@ class OnlineCollection:
         known = [(r, self.answers.get(r)) for r in requests]
         unknown = [r for r, best in known if best is UNKNOWN]
         if unknown:
+            self.labeller.stop_received = self.stop_received  # a program asked at length looks at the run's stop
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
@@ -321,7 +394,11 @@ class OnlineCollection:
         self.batches += 1
         self.requests += len(requests)
         self.submit(requests)
-        passed(f"online-request {self.batches}")  # an audit event: where a test kills between two journal writes
+        passed(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
+
+    def last_model(self) -> tuple:
+        """The last training's reward model and hparams (its saved model), or (None, {}) before the first."""
+        return self.training(self.trainings - 1) if self.trainings else (None, {})
 
     def training(self, k: int) -> tuple:
         """Training k (or its saved model), from the initial model with a new head; the policy run's random state

@@ -1,5 +1,5 @@
 """The labelling page's server (docs/labelling.md): the page, its calls (JSON in and out) and the checks that keep them
-to this server's own page (Host, Origin, a custom header). It serves a session: session.LabelSession (the label
+to this server's own page (Host, Origin, a custom header). It serves a session: label_session.LabelSession (the label
 tool's fixed items, label.py) or labellers.OnlineSession (an online run's requests, labellers.PageLabeller).
 """
 
@@ -16,6 +16,7 @@ from typing import Optional
 from urllib.parse import parse_qs, urlsplit
 
 from lm_human_preference_details.labelling.journal import N_SAMPLES, is_int, refuse_constant
+from lm_human_preference_details.labelling.session import StaleChoice
 from lm_human_preference_details.utils.errors import UserError
 
 PAGE = Path(__file__).with_name("page.html")
@@ -63,6 +64,8 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
         session = self.server.session
         try:
             body = request_fields(self.rfile.read(int(length)), CALLS[self.path], len(session.items))
+            if "item" in CALLS[self.path]:
+                session.check_request(body["item"], body.get("request"))
             if self.path == "/api/label":
                 done, state = session.label(body["client"], body["item"], body["best"])
             elif self.path == "/api/skip":
@@ -74,6 +77,8 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
                 return self.reply_json(200, {})
         except BadRequest as e:
             return self.reply_json(400, {"error": f"bad request: {e}"})
+        except StaleChoice as e:  # a page shown before a resume: its index now names another request
+            return self.reply_json(409, {"error": str(e), "kept": False, "reload": True})
         except UserError as e:  # the label file was replaced meanwhile: the choice is not kept, the file left alone
             return self.reply_json(409, {"error": str(e), "kept": False})
         except OSError as e:  # a full disk: neither file keeps the choice, and the page says so
@@ -102,8 +107,9 @@ class BadRequest(ValueError):
 
 
 def request_fields(data: bytes, names: tuple[str, ...], n_items: int) -> dict:
-    """The fields of a POST's JSON body, each checked: client a string of 1..64 characters, and of ``names``, item an
-    integer in 0..n_items-1 and best one in 0..3 (JSON numbers only: NaN and Infinity are refused)."""
+    """The fields of a POST's JSON body, each checked: client a string of 1..64 characters, request (the item's, as the
+    page was shown it) a string if given, and of ``names``, item an integer in 0..n_items-1 and best one in 0..3 (JSON
+    numbers only: NaN and Infinity are refused)."""
     try:
         body = json.loads(data, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as e:
@@ -113,8 +119,11 @@ def request_fields(data: bytes, names: tuple[str, ...], n_items: int) -> dict:
     client = body.get("client")
     if not isinstance(client, str) or not 0 < len(client) <= 64:
         raise BadRequest("client must be a string of 1..64 characters")
+    if "request" in body and not (isinstance(body["request"], str) and len(body["request"]) <= 128):
+        raise BadRequest("request must be a string of at most 128 characters")
     for name in names:
-        limit = {"item": n_items, "best": N_SAMPLES}[name]
+        # an item named with its request may lie past the items now (a page shown before a resume): the session says so
+        limit = {"item": n_items if "request" not in body else 2**31, "best": N_SAMPLES}[name]
         if not (is_int(body.get(name)) and 0 <= body[name] < limit):
             raise BadRequest(f"{name} must be an integer in 0..{limit - 1}")
     return body
@@ -133,6 +142,9 @@ class LabelServer(http.server.ThreadingHTTPServer):
         host_flag, port_flag = flags
         if not 0 <= port <= 65535:
             raise UserError(f"{port_flag} {port} is not a TCP port; pass 1..65535, or 0 for any free port")
+        if not host.strip():  # an empty address binds every interface of the machine: never by accident
+            raise UserError(f"{host_flag} is empty; pass an address of this machine (127.0.0.1: this machine only, or "
+                            "0.0.0.0 to serve every interface on purpose)")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         try:

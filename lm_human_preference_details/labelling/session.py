@@ -15,6 +15,7 @@ session holds one lock, so two browser tabs never label one item twice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -107,12 +108,17 @@ class Leases:
         return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
 
 
+class StaleChoice(Exception):
+    """A choice made on a page that shows an item which is no longer there: answered 409, and the page reloads."""
+
+
 class PageItems:
     """What the page asks of a session that shows items to tabs (this module's LabelSession, the online run's
     labellers.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
     are still open (``_is_open``) and what the page is told (``_state``, called inside the lock)."""
 
     items: list[dict]  # each with "query_text" and "sample_texts"
+    requests_named = False  # whether every choice must name its item's request (`check_request`)
 
     def __init__(self) -> None:
         self.leases = Leases()
@@ -156,7 +162,23 @@ class PageItems:
         return None
 
     def _shown(self, i: int) -> dict:
-        return {"index": i, "query": self.items[i]["query_text"], "samples": self.items[i]["sample_texts"]}
+        return {"index": i, "request": self._request_id(i), "query": self.items[i]["query_text"],
+                "samples": self.items[i]["sample_texts"]}
+
+    def _request_id(self, i: int) -> str:
+        """What item ``i`` is, for the page to send back with a choice: a hash of its texts."""
+        texts = json.dumps([self.items[i]["query_text"], self.items[i]["sample_texts"]])
+        return hashlib.sha256(texts.encode()).hexdigest()[:16]
+
+    def check_request(self, item: int, request: Optional[str]) -> None:
+        """A choice names the item it was made on (``request``, as `_shown` gave it): a StaleChoice when item ``item``
+        is now another (a page shown before a resume, whose indices now name other requests)."""
+        with self.lock:
+            if request is None and not self.requests_named:
+                return
+            if item >= len(self.items) or request != self._request_id(item):
+                raise StaleChoice(f"item {item} is no longer the request this page showed (the run was resumed since); "
+                                  "nothing was kept: the page reloads, choose again")
 
     def _leased(self, client: str) -> int:
         """How many open items other live tabs hold."""
@@ -262,7 +284,7 @@ class LabelSession(PageItems):
             return True, self._state(event["client"])
 
     def _record(self, event: dict) -> None:
-        """Journal ``event`` durably and rewrite the label file; if either fails, neither keeps it."""
+        """SessionJournal ``event`` durably and rewrite the label file; if either fails, neither keeps it."""
         end = self.journal.append(event)
         after = self.decisions.after(event)
         try:

@@ -59,6 +59,9 @@ def check_model_files(path: str | Path, flag: str, fix: str) -> dict:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{name}: config.json is not readable JSON ({e}); {fix}") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{name}: config.json holds a JSON {type(config).__name__}, not a model's config (an object); "
+                        f"{fix}")
     weights = [path / f for f in WEIGHT_FILES if (path / f).is_file()]
     if not weights:
         raise UserError(f"{name} has a config.json but no weights ({' or '.join(WEIGHT_FILES[:2])}); {fix}")
@@ -122,6 +125,9 @@ def check_lm_config(config: dict, name: str, needed: int = 0, sizes: str = "") -
         raise UserError(f"{name} is {what}, not a causal language model; pass a GPT-2 (a Hugging Face causal LM with "
                         f"GPT-2's {N_VOCAB} tokens)")
     n_vocab = config.get("vocab_size")
+    if n_vocab is not None and (not isinstance(n_vocab, int) or isinstance(n_vocab, bool)):
+        raise UserError(f"{name}: config.json's vocab_size is {n_vocab!r}, not an integer; pass a model whose "
+                        "config.json a model's save_pretrained wrote (GPT-2's: 50257)")
     if isinstance(n_vocab, int) and n_vocab < N_VOCAB:
         raise UserError(f"{name} has {n_vocab} tokens, but the GPT-2 tokenizer gives ids up to {N_VOCAB - 1}, which it "
                         f"has no embedding for; pass a model with GPT-2's {N_VOCAB} tokens")

@@ -112,7 +112,9 @@ def save_errors(run_dir: Path, target: Path) -> Iterator[None]:
         full = disk_full(e)
         if not (full or isinstance(e, OSError)):
             raise  # an error of another kind is a bug, with its traceback
-        previous = list_checkpoints(run_dir)
+        # a run's own reward run (RUN/reward, an online training's RUN/online/reward_KK): --resume continues the run
+        # that holds it, from its checkpoint
+        previous = next((c for c in map(list_checkpoints, (run_dir, *Path(run_dir).parents[:2])) if c), [])
         kept = f"the last good checkpoint is {previous[-1]}" if previous else "no checkpoint was saved before"
         why = getattr(e, "strerror", None) or ("the disk is full" if full else str(e))
         hint = "free some disk space" if full else "check the run directory"
@@ -157,7 +159,7 @@ def resume_checkpoint(path: Path | None, identity: Mapping[str, Any], quiet: boo
     if path is None:
         return {"update": 0, "elapsed": 0.0, "tracker": {}}
     checkpoint = load_checkpoint(path, RESUMABLE, quiet)
-    check_same_run(checkpoint["config"], identity)
+    checkpoint["changed"] = check_same_run(checkpoint["config"], identity)
     return checkpoint
 
 

@@ -35,6 +35,7 @@ from lm_human_preference_details.run.checkpoint import (
     training_state,
 )
 from lm_human_preference_details.run.directory import RUN_KINDS, RunDirectory, RunKind
+from lm_human_preference_details.run.identity import check_resumed_config
 from lm_human_preference_details.run.plots import draw_curves
 from lm_human_preference_details.run.saver import BackgroundSaver
 from lm_human_preference_details.run.signals import StopSignals, agree_after_update
@@ -186,12 +187,19 @@ class Run:
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (docs/runs.md)
+        if checkpoint.get("changed") and self.is_main:
+            self.print(f"resumed with the online labeller's options changed: {', '.join(checkpoint['changed'])}")
         first = restore(checkpoint, objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
                               dict(models or {}), tokenizer)
         self._stopping, self.saved = False, None
         return first
+
+    def check_options(self, config: dict) -> None:
+        """On --resume, ``config`` against the run's config.json before anything is trained or written."""
+        if self.resume_from is not None:
+            check_resumed_config(self.dir / "config.json", config)
 
     @property
     def elapsed(self) -> float:

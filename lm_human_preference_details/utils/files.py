@@ -94,6 +94,26 @@ def remove_leftovers(directory: str | os.PathLike) -> list[str]:
     return handled
 
 
+# how a cache that cannot be written fails: a read-only file system, a file where a directory should be, no permission
+NOT_WRITABLE_ERRNOS = (errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM)
+
+
+@contextlib.contextmanager
+def cache_writable(directory: Path) -> Iterator[None]:
+    """A directory under CACHE_DIR that cannot be made or written in: one line naming LMHP_CACHE and the fix, not an
+    OSError's traceback (elsewhere the OSError goes on as it is)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in NOT_WRITABLE_ERRNOS or not Path(directory).absolute().is_relative_to(CACHE_DIR.absolute()):
+            raise
+        from lm_human_preference_details.utils.errors import UserError  # errors.py imports this module
+
+        raise UserError(f"the cache LMHP_CACHE={CACHE_DIR} cannot be written ({directory}: {e.strerror or e}); set "
+                        "LMHP_CACHE to a directory this process can write (default: ~/.cache/lm_human_preference_"
+                        "details)") from None
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike, is_dir: bool = False, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it onto ``final`` only if the block succeeds.
@@ -103,9 +123,10 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False, replace: bool = 
     kept and this one dropped.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
+    with cache_writable(final.parent):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it owner-only; a renamed directory should not be
@@ -225,9 +246,10 @@ def new_or_ours(final: str | os.PathLike, ours: Callable[[Path], bool]) -> Itera
     the project did not write, never through a link). The name is taken with a hard link, which fails if anything took
     it since the check, so nothing that appears meanwhile is replaced. Else FileExistsError naming ``final``."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
+    with cache_writable(final.parent):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
     target = tmp / final.name
     try:
         yield target

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -374,3 +375,57 @@ def test_a_synced_temporary_is_whole_fsynced_readable_as_the_umask_allows_and_kn
     assert tmp.parent == tmp_path and tmp.read_bytes() == b"[]\n" and synced == [tmp.stat().st_ino]
     assert tmp.stat().st_mode & 0o777 == 0o640
     assert tmp.name.startswith(f"{files.TMP}~{files.HOST}~{os.getpid()}~labels.json~")
+
+
+# ------------------------------------------------------------------------------------------------ elsewhere
+def test_a_cache_under_a_regular_file_or_on_a_read_only_file_system_is_one_line_naming_lmhp_cache(tmp_path,
+                                                                                                 monkeypatch):
+    from lm_human_preference_details.utils import files
+
+    (tmp_path / "file").write_text("mine")
+    result = refused_in_process("lm_human_preference_details.label", ["--task", "offline", "--output", tmp_path / "l.json"],
+                                tmp_path, {"LMHP_CACHE": tmp_path / "file" / "cache"})
+    assert_one_error_line(result, f"the cache LMHP_CACHE={tmp_path / 'file' / 'cache'} cannot be written",
+                          alone=False)
+    assert "set LMHP_CACHE to a directory this process can write" in result.stderr
+    assert (tmp_path / "file").read_text() == "mine" and not (tmp_path / "l.json").exists()
+
+    def read_only(*args, **kwargs):  # what a read-only mount answers (root passes any permission bit, so not a chmod)
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(files.tempfile, "mkdtemp", read_only)
+    with pytest.raises(UserError, match=f"LMHP_CACHE={tmp_path / 'cache'} cannot be written .*Read-only file system"):
+        with files.atomic_path(tmp_path / "cache" / "v1" / "queries.txt"):
+            pass
+    with pytest.raises(OSError):  # elsewhere (a run directory) the error is not the cache's
+        with files.atomic_path(tmp_path / "run" / "config.json"):
+            pass
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": "50257"},
+     "config.json's vocab_size is '50257', not an integer"),
+    (["gpt2"], "config.json holds a JSON list, not a model's config (an object)"),
+], ids=["vocab_size-a-string", "a-json-list"])
+def test_a_policy_whose_config_json_is_not_a_models_is_one_line(tiny_model_dir, tmp_path, config, message):
+    import shutil
+
+    from lm_human_preference_details.language.trained_models import check_policy_path
+    from lm_human_preference_details.tasks import TaskHParams
+
+    policy = tmp_path / "policy"
+    shutil.copytree(tiny_model_dir, policy)
+    (policy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        check_policy_path("--policy", str(policy), None, TaskHParams(query_length=8, response_length=8))
+    assert "\n" not in str(error.value) and f"--policy {policy}" in str(error.value)
+
+
+def test_a_full_disk_at_an_online_trainings_save_names_the_runs_last_checkpoint(tmp_path):
+    """RUN/online/reward_01 has no checkpoint of its own; the run that holds it has, and --resume continues from it."""
+    good = ckpt.save_checkpoint(tmp_path, 1, {"update": 1}, keep=1)
+    with pytest.raises(UserError) as error:
+        with ckpt.save_errors(tmp_path / "online" / "reward_01", tmp_path / "online" / "reward_01" / "reward_model"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert f"the last good checkpoint is {good}" in str(error.value) and "no checkpoint was saved" not in str(error.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -140,7 +141,8 @@ def test_the_command_labeller_is_not_asked_again_after_a_resume(tmp_path):
     program.write_text(f"""import json, sys
 for line in sys.stdin:
     open({str(log)!r}, "a").write(line)
-    print("skip" if json.loads(line)["query_tokens"][0] % 5 == 0 else 2, flush=True)
+    request = json.loads(line)
+    print(request["id"], "skip" if request["query_tokens"][0] % 5 == 0 else 2, flush=True)
 """)
     tokenizer = gpt2_tokenizer()
     command = f"{sys.executable} {program}"
@@ -189,12 +191,13 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
 
     from lm_human_preference_details.utils.errors import Stopped
 
-    online = collection(tmp_path / "labels.json", NoAnswers(), [])
+    said: list[str] = []
+    online = collection(tmp_path / "labels.json", NoAnswers(), said)
     looks = []
-    online.stop_received = lambda: looks.append(1) or (signal.SIGTERM if len(looks) >= 3 else None)
+    online.stop_received = lambda: (looks.append(1) or signal.SIGTERM) if said else None  # from the wait's first line
     with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
-    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 3  # at the first look after the signal
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 1  # at the first look after the signal
 
 
 def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
@@ -213,10 +216,229 @@ def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_pa
     assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
 
 
-def test_a_resumed_run_may_serve_its_page_elsewhere_but_not_ask_another_program():
+def test_a_resumed_run_may_serve_its_page_elsewhere_or_ask_a_fixed_program_but_not_another_labeller():
     from lm_human_preference_details.run.identity import check_same_run
 
     saved = {"online": {"labeller": "page", "host": "127.0.0.1", "port": 8765, "command": None}}
     check_same_run(saved, {"online": {**saved["online"], "host": "0.0.0.0", "port": 0}})  # the port was taken since
+    fixed = {"online": {**saved["online"], "labeller": "command", "command": "judge --fixed", "timeout": 60.0}}
+    assert check_same_run({"online": {**fixed["online"], "command": "judge", "timeout": 5.0}}, fixed) == [
+        "online.command 'judge' -> 'judge --fixed'", "online.timeout 5.0 -> 60.0"]  # the program fixed, as its line says
     with pytest.raises(UserError, match="cannot resume"):
         check_same_run(saved, {"online": {**saved["online"], "labeller": "command", "command": "judge"}})
+
+
+def test_a_page_shown_before_a_resume_is_refused_where_its_index_now_names_another_request(tmp_path):
+    """Through the page's HTTP calls: tab b shows request 0/1 at index 1; tab a answers 0/0; the run is killed and
+    resumed, and the resumed page lists only the open requests, 0/1 at index 0 and 0/2 at index 1. Tab b's click on
+    index 1 names 0/1: refused (409, the page reloads), nothing recorded; reloaded, its click lands on 0/1."""
+    from helpers.labelling import call
+
+    from lm_human_preference_details.labelling.labellers import PageLabeller
+
+    task, tokenizer, path = SimpleNamespace(query_prefix="", query_suffix=""), gpt2_tokenizer(), tmp_path / "answers.jsonl"
+    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
+    log, before = AnswerRecord(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
+    before.submit(made, log.record)
+    url = before.server.url()
+    a = call(url, "/api/state?client=a")[1]["item"]
+    b = call(url, "/api/state?client=b")[1]["item"]
+    assert (a["index"], b["index"]) == (0, 1)
+    assert call(url, "/api/label", {"client": "a", "item": 0, "request": a["request"], "best": 3})[0] == 200
+    before.close(), log.close()  # killed, then resumed: the open requests submitted again, in order
+
+    log, after = AnswerRecord(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
+    after.submit(made[1:], log.record)
+    url = after.server.url()
+    for stale in ({"item": 1, "request": b["request"]}, {"item": 5, "request": b["request"]}):  # 0/2 now; past the items
+        status, answer = call(url, "/api/label", {"client": "b", **stale, "best": 2})
+        assert status == 409 and answer["reload"] and not answer["kept"], answer
+    assert log.get(made[1]) is UNKNOWN and log.get(made[2]) is UNKNOWN and after.poll() == []
+    reloaded = call(url, "/api/state?client=b")[1]["item"]
+    assert (reloaded["index"], reloaded["request"]) == (0, b["request"])  # the same request, at its new index
+    assert call(url, "/api/label", {"client": "b", "item": 0, "request": b["request"], "best": 2})[0] == 200
+    assert after.poll() == [(made[1], 2)] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
+    after.close(), log.close()
+
+
+def records(path: Path) -> list:
+    return json.loads(path.read_text())
+
+
+def answer_lines(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def edit_best(best):
+    """answers.jsonl with the first label's best replaced by ``best``."""
+    def edit(online: Path) -> None:
+        lines = answer_lines(online / "answers.jsonl")
+        first = next(line for line in lines if line["best"] is not None)
+        first["best"] = best
+        (online / "answers.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return edit
+
+
+def as_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def as_file(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+    path.write_text("mine")
+
+
+# what was done to RUN/online after the checkpoint (8 labels, taken after update 0; 22 journaled since) -> the file the
+# resume's one line names, and what it says
+DAMAGES = {
+    "journal cut to its first 5": (lambda d: (d / "labels.json").write_text(json.dumps(records(d / "labels.json")[:5])),
+                                   "labels.json holds 5 records, fewer than the checkpoint's 8"),
+    "journal record 3 removed": (lambda d: (d / "labels.json").write_text(json.dumps(
+        [r for i, r in enumerate(records(d / "labels.json")) if i != 3])), "labels.json differs from the checkpoint's 8"),
+    "journal deleted": (lambda d: (d / "labels.json").unlink(), "labels.json holds 0 records, fewer than"),
+    "journal emptied to []": (lambda d: (d / "labels.json").write_text("[]"), "labels.json holds 0 records, fewer than"),
+    "journal cut mid-JSON": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
+                             "labels.json is not JSON: it was cut or changed"),
+    "journal {}": (lambda d: (d / "labels.json").write_text("{}"), "labels.json is not a list of best-of-4 records"),
+    "journal a directory": (lambda d: as_directory(d / "labels.json"), "labels.json is not a file"),
+    "answers a directory": (lambda d: as_directory(d / "answers.jsonl"), "answers.jsonl is not a file"),
+    "online a file": (lambda d: as_file(d), "online is not a directory"),
+    "answers cut to 3 lines": (lambda d: (d / "answers.jsonl").write_text("".join(
+        line + "\n" for line in (d / "answers.jsonl").read_text().splitlines()[:3])), "answers.jsonl has no answer for "
+                                                                                        "record 2 of labels.json"),
+    "answers best 7": (edit_best(7), "answers.jsonl line 1 is not an answer this run recorded"),
+    "answers best '2'": (edit_best("2"), "answers.jsonl line 1 is not an answer this run recorded"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> tuple[Path, dict]:
+    """A collection's RUN/online past its checkpoint (after update 0: 8 labels; 22 after update 1) -> (the directory,
+    the checkpoint's state)."""
+    online_dir = tmp_path_factory.mktemp("run") / "online"
+    online_dir.mkdir()
+    online = collection(online_dir / "labels.json", SlowLabeller(), [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    state = copy.deepcopy(online.state_dict())
+    online.before_episode(1, FakePolicy(), (None, {}))
+    online.answers.close()
+    return online_dir, state
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_journal_or_record_damaged_after_the_checkpoint_is_one_line_on_resume(checkpointed, tmp_path, damage):
+    """Cut, emptied, deleted, edited or replaced by a directory or a file: --resume says which file and how to recover,
+    in one line, before the collection asks or trains anything; never a run that differs or waits for labels."""
+    import shutil
+
+    online_dir = tmp_path / "online"
+    shutil.copytree(checkpointed[0], online_dir)
+    do, message = DAMAGES[damage]
+    do(online_dir)
+    labeller = NoAnswers()
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        resumed = collection(online_dir / "labels.json", labeller, [])
+        resumed.load_state_dict(copy.deepcopy(checkpointed[1]))
+    assert "\n" not in str(error.value) and ("restore" in str(error.value) or "move it away" in str(error.value))
+    assert not labeller.asked
+
+
+def test_a_journal_record_changed_is_found_without_the_checkpoints_hash(checkpointed, tmp_path):
+    """A checkpoint of an older run holds no hash of its journal: each record is still checked against the answers."""
+    import shutil
+
+    online_dir = tmp_path / "online"
+    shutil.copytree(checkpointed[0], online_dir)
+    changed = records(online_dir / "labels.json")
+    changed[2]["best"] = (changed[2]["best"] + 1) % 4
+    (online_dir / "labels.json").write_text(json.dumps(changed))
+    state = {k: v for k, v in copy.deepcopy(checkpointed[1]).items() if k != "journal"}
+    resumed = collection(online_dir / "labels.json", NoAnswers(), [])
+    with pytest.raises(UserError, match="answers.jsonl has no answer for record 2 of labels.json"):
+        resumed.load_state_dict(state)
+
+
+def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
+    """The journal lost labels while the run waits for them, and every request is answered: nothing more can come."""
+    online = collection(tmp_path / "labels.json", SlowLabeller(), [])
+    online.before_episode(0, FakePolicy(), (None, {}))
+    online.journal.records = []
+    with pytest.raises(UserError, match="holds .* labels and no request is open: the 22 PPO waits for cannot come"):
+        online.before_episode(1, FakePolicy(), (None, {}))
+
+
+class SkipsAll:
+    """A labeller that skips every request at once (a judge that cannot decide): requests go out without end."""
+
+    stop_received = None
+
+    def __init__(self):
+        self.asked = 0
+
+    def submit(self, requests, record):
+        self.asked += len(requests)
+        assert self.asked < 10_000, "requests went out without end: the stop was not looked at"
+        self.given = [(r, None) for r in requests]
+        for r in requests:
+            record(r, None)
+
+    def poll(self, timeout=0.0):
+        given, self.given = getattr(self, "given", []), []
+        return given
+
+    def waiting_for(self):
+        return "a labeller that skips all"
+
+    def close(self):
+        pass
+
+
+def test_a_stop_ends_requests_that_go_out_without_end(tmp_path):
+    """Every request skipped (or --online.margin 1000000): new ones go out while the request rule says so, and a stop
+    signal ends that at its next batch, not after hundreds of answers."""
+    import signal
+
+    from lm_human_preference_details.utils.errors import Stopped
+
+    online = collection(tmp_path / "labels.json", SkipsAll(), [])
+    online.stop_received = lambda: signal.SIGTERM if online.labeller.asked >= 40 else None
+    with pytest.raises(Stopped, match="stopped by SIGTERM while requests went out before episode 0") as stopped:
+        online.before_episode(0, FakePolicy(), (None, {}))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and online.labeller.asked == 40  # at the next batch of 4
+
+
+def test_a_choice_refused_for_a_full_disk_is_never_a_label_after_a_resume(tmp_path, monkeypatch):
+    """Through the page's HTTP calls: two choices refused (507, "not kept") while the disk is full (the line written,
+    its fsync failing, as a full disk does), then a kill and a resume: neither is an answer; the requests are asked
+    again, and a choice made once there is space is kept."""
+    import errno
+
+    from helpers.labelling import call
+
+    from lm_human_preference_details.labelling import answers as online_answers
+    from lm_human_preference_details.labelling.labellers import PageLabeller
+
+    task, path = SimpleNamespace(query_prefix="", query_suffix=""), tmp_path / "answers.jsonl"
+    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
+    log, page = AnswerRecord(path), PageLabeller("127.0.0.1", 0, gpt2_tokenizer(), task, path)
+    page.submit(made, log.record)
+    url = page.server.url()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(online_answers.os, "fsync", full)
+    for client in ("a", "b"):
+        item = call(url, f"/api/state?client={client}")[1]["item"]
+        status, answer = call(url, "/api/label", {"client": client, "item": item["index"], "request": item["request"],
+                                                  "best": 1})
+        assert status == 507 and not answer["kept"], answer
+    monkeypatch.undo()
+    item = call(url, "/api/state?client=c")[1]["item"]
+    assert call(url, "/api/label", {"client": "c", "item": item["index"], "request": item["request"], "best": 2})[0] == 200
+    page.close(), log.close()  # killed, then resumed
+    resumed = AnswerRecord(path)
+    assert [resumed.get(r) for r in made] == [UNKNOWN, UNKNOWN, 2] and len(path.read_text().splitlines()) == 1

@@ -73,6 +73,20 @@ def online_args(*flags: str, task: str = "offline"):
     (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
     (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
     (["--online.num-labels", "2048", "--online.timeout", "0"], "--online.timeout is 0"),
+    (["--online.num-labels", "2048", "--online.timeout", "3e6"], "--online.timeout is 3e\\+06; pass a number of seconds"),
+    (["--online.num-labels", "2048", "--online.timeout", "1e10"], "--online.timeout is 1e\\+10"),
+    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", 'judge "x'],
+     "--online.command 'judge \"x' cannot be split into a program and its arguments \\(No closing quotation\\)"),
+    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", "judge \\"],
+     "cannot be split into a program and its arguments \\(No escaped character\\)"),
+    (["--online.num-labels", "-5"], "--online.num-labels is -5; pass the labels at the end of the run"),
+    (["--online.labeller", "command", "--online.command", "judge"],
+     "--online.labeller, --online.command without --online.num-labels: online collection is off, so they do nothing"),
+    (["--online.margin", "5"], "--online.margin without --online.num-labels"),
+    (["--online.num-labels", "2048", "--online.retrainings", str(10**10)],
+     "--online.retrainings 10000000000 is more than the 512 labels that arrive after the first training"),
+    (["--online.num-labels", "1576", "--online.retrainings", "1000"], "--online.retrainings 1000 is more than the 40"),
+    (["--online.num-labels", "2048", "--online.labeller", "page", "--online.host", ""], "--online.host is empty"),
 ])
 def test_bad_online_flags_are_one_line_each(flags, message):
     with pytest.raises(UserError, match=message):
@@ -320,3 +334,56 @@ def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
     assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
     resumed.before_episode(3, FakePolicy(), (model, hparams))
     assert json.loads((tmp_path / "labels.json").read_text()) == records
+
+
+def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_to_its_end(online_run, tmp_path,
+                                                                                          offline_cache):
+    """On a copy of the finished run: --resume without its --online flags is refused before a reward model trains
+    (no RUN/reward), as is an offline run resumed with --online flags (no online/ written); the finished run resumed
+    with a changed --online.timeout (a fixed program may take longer) says so once and ends as it ended, its closing
+    report made again with the last training's reward model. Seconds: a model load and the closing report."""
+    from helpers.errors import assert_one_error_line
+    from helpers.labelling import snapshot
+    from helpers.processes import refused_in_process
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(online_run, run_dir, symlinks=True)
+    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    argv = policy_command(run_dir, "--resume")[2:]
+    unlocked = lambda: {k: v for k, v in snapshot(run_dir).items() if k != LOCK}  # noqa: E731  (the lock names its pid)
+    before = unlocked()
+    offline_flags = [a for i, a in enumerate(argv) if not (a.startswith("--online.") or argv[i - 1].startswith("--online."))]
+    result = refused_in_process("train_policy.py", offline_flags, run_dir.parent, env)
+    assert_one_error_line(result, "cannot resume: this run's options differ from the checkpoint's (online.margin 12 -> "
+                          "1000, online.num_labels 48 -> 0", alone=False)
+    assert not (run_dir / "reward").exists() and unlocked() == before
+
+    as_offline = tmp_path / "offline"  # an offline run's directory: its config.json says so, and it has no online/
+    shutil.copytree(online_run, as_offline, symlinks=True)
+    shutil.rmtree(as_offline / "online")
+    config = json.loads((as_offline / "config.json").read_text())
+    config["online"]["num_labels"] = 0
+    (as_offline / "config.json").write_text(json.dumps(config))
+    result = refused_in_process("train_policy.py", policy_command(as_offline, "--resume")[2:], as_offline.parent, env)
+    assert_one_error_line(result, "online.num_labels 0 -> 48", alone=False)
+    assert not (as_offline / "online").exists()
+
+    summary = (run_dir / "summary.json").read_bytes()
+    (run_dir / "summary.json").unlink()  # as a kill -9 in the closing report leaves it
+    done = in_process("train_policy.py", *argv, "--online.timeout", "30", cwd=run_dir.parent, env_extra=env)
+    said = done.stdout + done.stderr
+    assert said.count("resumed with the online labeller's options changed: online.timeout 600.0 -> 30.0") == 1, said
+    assert (run_dir / "summary.json").read_bytes() == summary
+    assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+
+
+def test_a_file_where_an_online_training_runs_is_one_line_naming_it(tmp_path):
+    """RUN/online/reward_01 a file: the line names that path, not an --output-dir the user never passed."""
+    import train_policy
+
+    (tmp_path / "reward_01").write_text("mine")
+    assert train_policy.online_training_dir(tmp_path, 0) == tmp_path / "reward_00"
+    with pytest.raises(UserError) as error:
+        train_policy.online_training_dir(tmp_path, 1)
+    assert str(error.value) == (f"{tmp_path / 'reward_01'} is not a directory; the run trains its online reward model 1 "
+                                "there: move it away, then --resume the run")
