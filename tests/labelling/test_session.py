@@ -166,13 +166,13 @@ def test_an_item_is_leased_only_while_its_tab_lives(tmp_path, monkeypatch):
         waiting = state("c")
         assert waiting["item"] is None and waiting["leased"] == 2  # not "every item is decided"
         for _ in range(3):  # a's and b's tabs say they are alive: their items stay theirs
-            clock.now += 0.6 * session.LEASE_S
+            clock.now += 0.6 * label_session.LEASE_S
             assert call(url, "/api/alive", {"client": "a"})[0] == 200
             assert call(url, "/api/alive", {"client": "b"})[0] == 200
             assert state("c")["item"] is None
         assert call(url, "/api/release", {"client": "a"})[0] == 200  # a's tab closes: its item is free at once
         assert state("c")["item"]["index"] == 0
-        clock.now += session.LEASE_S  # b's tab died without a word: its lease ends, c's tab lives on
+        clock.now += label_session.LEASE_S  # b's tab died without a word: its lease ends, c's tab lives on
         assert call(url, "/api/alive", {"client": "c"})[0] == 200
         assert state("d")["item"]["index"] == 1
     session.close()
