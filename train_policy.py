@@ -40,7 +40,9 @@ import train_reward
 from lm_human_preference_details.cli.main import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
 from lm_human_preference_details.labelling.labellers import make_labeller
-from lm_human_preference_details.labelling.online import OnlineCollection, OnlineHParams, OnlineLabelFile, Schedule
+from lm_human_preference_details.labelling.online import OnlineCollection
+from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
+from lm_human_preference_details.labelling.schedule import OnlineHParams, Schedule
 from lm_human_preference_details.language.gpt2 import compile_blocks
 from lm_human_preference_details.language.model import (
     Policy,
@@ -512,14 +514,21 @@ def plan_line(args: Args, ranks: Ranks, run_dir: Path) -> str:
             f"{args.micro_batch_sequences or 'off'}, device {ranks.device}, run dir {run_dir}")
 
 
+def query_sampler(args: Args, tokenizer, ranks: Ranks):
+    """The query batches of the ranks this process holds (E9 per-rank seeds: rank r's block of every batch, its
+    whitening group, comes from rank r's own query stream)."""
+    return make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
+                              num_ranks=args.num_ranks, ranks=ranks.held,
+                              labels_source=args.rewards.train_new_model.labels.source)
+
+
 def train(args: Args) -> dict:
     """Run PPO; returns the policy, the reference policy and the last stats (for tests)."""
     # E9 per-rank seeds: the emulated ranks this process holds (all of them without torchrun)
     ranks = Ranks.start(args, get_task(args.task_name).gpu_sized)
     device = ranks.device
     compile_blocks(args.compile)
-    inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,
-              args.rewards.train_new_model.labels.source]
+    inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset, args.rewards.train_new_model.labels.source]
     with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
         run.check_options(dataclasses.asdict(args))  # --resume: the options, before a reward model trains or online/
         task = get_task(args.task_name)
@@ -533,10 +542,7 @@ def train(args: Args) -> dict:
         policy, ref_policy = initial_policies(args, tokenizer.pad_token_id, ranks)
         optimizer = TF1Adam(policy.parameters(), lr=args.ppo.lr, eps=1e-5)  # D5 TF-1 Adam
         kl_ctl = kl_controller(args.rewards)  # E4 KL controller
-        # E9 per-rank seeds: rank r's block of every batch (its whitening group) comes from rank r's own query stream
-        sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed,
-                                     num_ranks=args.num_ranks, ranks=ranks.held,
-                                     labels_source=args.rewards.train_new_model.labels.source)
+        sampler = query_sampler(args, tokenizer, ranks)
         prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
         config = dataclasses.asdict(args)
         # everything the next update depends on: a checkpoint saves it, --resume loads it into these objects

@@ -135,7 +135,7 @@ def best_of_four_accuracy(policy, score, tokenizer, task, n: int, seed: int) -> 
     ``policy``, on ``n`` held-out queries (offline_report.heldout_queries, the summary's ``seed``): requests drawn as the
     online collection draws them (truncated), labelled by the gold labeller; ties go to the first, as gold's."""
     from lm_human_preference_details.labelling.labellers import GoldLabeller
-    from lm_human_preference_details.labelling.online import BEST_OF
+    from lm_human_preference_details.labelling.online_labels import BEST_OF
     from lm_human_preference_details.offline import corpus as offline_corpus
     from lm_human_preference_details.offline import report as offline_report
     from lm_human_preference_details.ppo import truncate_responses

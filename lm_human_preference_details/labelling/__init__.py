@@ -6,6 +6,8 @@ the paper's online collection while a policy trains.
     session.py    the label tool's session: its fixed items and the label file it writes
     journal.py    `SessionJournal`: the label tool's file of record, OUTPUT.session.jsonl, replayed on restart
     labellers.py  who labels the online requests: the gold scorer, a command, the page
-    online.py     the paper's online collection (section 2.2); `OnlineLabelFile`, RUN/online/labels.json
+    online.py     the paper's online collection (section 2.2): requests from the training policy, waits, trainings
+    schedule.py   the online schedule l(n) and its flags (`OnlineHParams`, `Schedule`)
+    online_labels.py  `OnlineLabelFile`, the online run's labels (RUN/online/labels.json), checked on resume
     answers.py    the online requests and `AnswerRecord`, the durable record of every answer (answers.jsonl)
 """

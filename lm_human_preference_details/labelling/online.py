@@ -1,230 +1,49 @@
 """The paper's online data collection (Ziegler et al. 2019, section 2.2): labels gathered from the policy as it trains.
 
-OpenAI's release trains only from fixed label files; the paper's summarisation runs gathered labels throughout PPO
-from samples of the *current* policy and retrained the reward model as they arrived. In the paper's terms:
-
-    N_pi    the run's PPO episodes (--ppo.total-episodes)
-    N_r^0   the labels the reward model first trains on (--rewards.train-new-model.labels.num-train)
-    N_r     the labels at the end (--online.num-labels; 0: online collection off, the offline method)
-
-    l(n) = N_r^0 + (N_r - N_r^0) * (1 - (1 - n / N_pi)^2)     the labels wanted before PPO episode n
-
-PPO waits before episode n while fewer than l(n) labels exist; requests go out while the requests so far are fewer
-than l(n) + margin, so labellers always have work; the reward model trains before the first episode and again
---online.retrainings times, at evenly spaced values of l(n), each time from the initial language model with a new
-random head, one epoch over the labels so far, normalised as the offline reward model is (train_reward.py).
-
-This module holds the schedule (`Schedule`), the run's journal of labels in OpenAI's best-of-4 schema
-(`OnlineLabelFile`) and the collection's state through a run (`OnlineCollection`); the labellers are labellers.py's,
-every answer's durable record online_answers.py's, the reward model's training train_reward.py's, called back by
-train_policy.py.
+`OnlineCollection` holds the collection's state through a run: the requests it sends the labeller, the waits before
+PPO's episodes, the reward model's trainings as the schedule (schedule.py) calls them; its labels go to the run's label
+file (online_labels.py), every answer first to its durable record (answers.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import math
-import os
 import signal
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
 from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
-from lm_human_preference_details.labelling.journal import is_int
-from lm_human_preference_details.labelling.labellers import check_can_serve, split_command
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.labelling.online_labels import BEST_OF, RECOVER, OnlineLabelFile
+from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
 from lm_human_preference_details.run.checkpoint import rng_state, set_rng_state
-from lm_human_preference_details.utils.checks import check_at_least
 from lm_human_preference_details.utils.errors import Stopped, UserError
-from lm_human_preference_details.utils.files import atomic_path
 from lm_human_preference_details.utils.progress import passed
-from lm_human_preference_details.utils.torchrun import torchrun_world
 
-LABELLERS = ("gold", "command", "page")
-BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
 PROGRESS_S = 10.0  # while PPO waits for labels, a line of progress this often
-MAX_TIMEOUT_S = 7 * 24 * 3600  # --online.timeout's bound
 
 
-@dataclass
-class OnlineHParams:
-    """Online data collection (Ziegler et al. 2019, section 2.2); off unless --online.num-labels is set."""
-
-    num_labels: int = 0
-    """N_r, the labels at the end of the run (paper, section 2.2: l(n) grows from N_r^0 = --rewards.train-new-model.
-    labels.num-train to N_r); 0: online collection off, the reward model trains once on the label file (offline)"""
-    retrainings: int = 19
-    """times the reward model is trained again after its first training, at evenly spaced values of l(n) (paper,
-    section 2.2: 19)"""
-    margin: int = 1000
-    """requests sent ahead of the labels PPO needs: new requests go out while requests < l(n) + margin (paper,
-    section 2.2: 1000; scale it with the task)"""
-    labeller: str = "gold"
-    """who labels the requests (paper, section 2.2: human labellers): gold (the offline task's gold scorer, its
-    best-of-4 pick) | command (--online.command, a program of yours) | page (the labelling page, served by the run
-    on --online.host and --online.port); docs/online.md"""
-    command: Optional[str] = None
-    """the command labeller's program: one JSON request a line on its stdin, one answer a line on its stdout, `ID BEST`:
-    the request's id, then 0-3 or skip (docs/online.md)"""
-    timeout: float = 600.0
-    """seconds the command labeller's program may take over one answer"""
-    host: str = "127.0.0.1"
-    """address the page labeller's page is served on; anything but a loopback address lets other machines label (the
-    label tool's --host)"""
-    port: int = 8765
-    """TCP port of the page labeller's page (0: any free port; the label tool's --port)"""
-
-    @property
-    def enabled(self) -> bool:
-        return self.num_labels > 0
-
-    def check(self, initial_labels: int, task) -> None:
-        """The flags against each other and ``task`` (a tasks.Task), each failure one line naming the flag, before
-        anything loads."""
-        if self.num_labels < 0:
-            raise UserError(f"--online.num-labels is {self.num_labels}; pass the labels at the end of the run (at least "
-                            f"--rewards.train-new-model.labels.num-train, {initial_labels}), or 0 to collect none")
-        if not self.enabled:
-            off = OnlineHParams()
-            given = [f"--online.{f.name.replace('_', '-')}" for f in dataclasses.fields(self)
-                     if f.name != "num_labels" and getattr(self, f.name) != getattr(off, f.name)]
-            if given:
-                raise UserError(f"{', '.join(given)} without --online.num-labels: online collection is off, so "
-                                f"{'they do' if len(given) > 1 else 'it does'} nothing; pass --online.num-labels N (the "
-                                "labels at the end of the run) or drop them")
-            return
-        check_at_least("--online.num-labels", self.num_labels, initial_labels,
-                       "the labels at the end, at least --rewards.train-new-model.labels.num-train (N_r^0)")
-        check_at_least("--online.retrainings", self.retrainings, 0, "retrainings after the first training")
-        if self.retrainings > self.num_labels - initial_labels:  # each retraining needs a label that came after the last
-            raise UserError(f"--online.retrainings {self.retrainings} is more than the {self.num_labels - initial_labels} "
-                            "labels that arrive after the first training (--online.num-labels minus --rewards.train-new-"
-                            "model.labels.num-train); pass at most that many")
-        check_at_least("--online.margin", self.margin, 0, "requests sent ahead of the labels PPO needs")
-        if self.labeller not in LABELLERS:
-            raise UserError(f"--online.labeller {self.labeller!r} is not one of {', '.join(LABELLERS)}; pass one of them")
-        if self.labeller == "command" and not (self.command or "").strip():
-            raise UserError("--online.labeller command needs --online.command, the program to run")
-        if self.labeller == "command":
-            split_command(self.command)  # an unterminated quote or a lone backslash: one line now
-        if not 0 < self.timeout <= MAX_TIMEOUT_S:
-            raise UserError(f"--online.timeout is {self.timeout:g}; pass a number of seconds, more than 0 and at most "
-                            f"{MAX_TIMEOUT_S} (a week)")
-        if self.labeller == "gold" and not hasattr(task, "gold_scores"):
-            raise UserError("--online.labeller gold needs a task with a gold scorer (--task offline); pass another "
-                            "--online.labeller")
-        if torchrun_world()[0] > 1:
-            raise UserError("online collection runs in one process for now; run without torchrun (--num-ranks "
-                            "emulates the ranks in one process)")
-        if self.labeller == "page":  # a port in use or an address not of this machine: one line, before any model
-            check_can_serve(self.host, self.port)
+def stop_if_received(signum: Optional[int], while_doing: str, n: int) -> None:
+    """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C) meanwhile (``signum``)."""
+    if signum is not None:
+        raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every "
+                      "label given is kept (online/answers.jsonl): --resume continues", signum)
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """When labels are wanted, requested and trained on (paper, section 2.2), as pure functions of episode n."""
-
-    initial_labels: int  # N_r^0
-    final_labels: int  # N_r
-    total_episodes: int  # N_pi
-    margin: int
-    retrainings: int
-
-    def labels_wanted(self, n: int) -> float:
-        """l(n) = N_r^0 + (N_r - N_r^0) * (1 - (1 - n / N_pi)^2): PPO waits before episode n while fewer exist."""
-        return self.initial_labels + (self.final_labels - self.initial_labels) * (1 - (1 - n / self.total_episodes) ** 2)
-
-    def should_request(self, requests: int, n: int) -> bool:
-        """The request rule: send more while the requests so far are fewer than l(n) + margin."""
-        return requests < self.labels_wanted(n) + self.margin
-
-    def training_points(self) -> list[float]:
-        """The values of l(n) at which the reward model trains: N_r^0, then `retrainings` more evenly spaced up to N_r.
-
-        l(n) reaches N_r only at n = N_pi, after the last episode, so the 1 + retrainings trainings divide
-        [N_r^0, N_r] into equal steps and the last one falls a step short of N_r."""
-        if self.final_labels == self.initial_labels:  # the offline limit: one training, on N_r^0 labels
-            return [float(self.initial_labels)]
-        steps = self.retrainings + 1
-        return [self.initial_labels + (self.final_labels - self.initial_labels) * k / steps for k in range(steps)]
-
-    def trainings_due(self, n: int) -> int:
-        """How many trainings have happened before episode n: the points at or below l(n)."""
-        wanted = self.labels_wanted(n)
-        return sum(point <= wanted for point in self.training_points())
-
-    def training_labels(self, k: int, batch_size: int) -> int:
-        """The labels training k trains on: its point's count, down to a whole number of batches (train_reward.py's
-        exact_div(num_train, batch_size)); the labels past them are its held-out labels."""
-        return max(batch_size, int(self.training_points()[k]) // batch_size * batch_size)
-
-
-class OnlineLabelFile:
-    """The run's labels, RUN/online/labels.json: a JSON list in OpenAI's best-of-4 schema (pads 50259) with the policy
-    update that sampled each; rewritten whole and atomically after each batch, so a kill never leaves half a record,
-    and read by train_reward.py's --labels.source as it is."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.records: list[dict] = read_journal(path)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def digest(self, n: int) -> str:
-        """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a journal cut or changed."""
-        return hashlib.sha256(json.dumps(self.records[:n]).encode()).hexdigest()
-
-    def keep(self, n: int) -> None:
-        """Drop the records past the first ``n`` (a resumed run makes them again, the same ones)."""
-        if len(self.records) > n:
-            self.records = self.records[:n]
-            self._write()
-
-    def add(self, answered: list[tuple[Request, Optional[int]]], pad_id: int) -> None:
-        """Requests and their answers (None: skipped, not kept), in the order given."""
-        to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
-        for request, best in answered:
-            if best is None:
-                continue
-            self.records.append({"query": to_oai(request.query),
-                                 **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
-                                 "best": best, "update": request.update})
-        self._write()
-
-    def _write(self) -> None:
-        with atomic_path(self.path) as tmp:
-            tmp.write_text(json.dumps(self.records))
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-
-
-RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
-
-
-def read_journal(path: Path) -> list[dict]:
-    """The journal's records (none when there is no journal), or a one-line UserError naming the file when it is not
-    the journal this run wrote: not a file, not JSON (cut), or not a list of best-of-4 records."""
-    if not os.path.lexists(path):
-        return []
-    if not path.is_file():
-        raise UserError(f"{path} is not a file; it is the run's journal of labels: {RECOVER}")
-    try:
-        records = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError):
-        raise UserError(f"{path} is not JSON: it was cut or changed (the run writes it whole); {RECOVER}") from None
-    if not isinstance(records, list) or not all(isinstance(r, dict) and is_int(r.get("best")) and 0 <= r["best"] < BEST_OF
-                                                for r in records):
-        raise UserError(f"{path} is not a list of best-of-{BEST_OF} records: it was changed; {RECOVER}")
-    return records
+@torch.no_grad()
+def sample_requests(policy, queries: torch.Tensor, task, prefix: list[int], suffix: list[int], pad_id: int,
+                    generator: torch.Generator) -> list[list[list[int]]]:
+    """[b, query_length] queries -> four samples of the current policy each, [b][4][response_length], drawn as OpenAI
+    drew its label queries (the task's temperature and response length, truncated and padded)."""
+    # OAI lm_human_preferences/label_types.py: best_of_4 over samples of one query; offline/pretrain.py make_labels
+    contexts = format_queries(queries, prefix, suffix).repeat_interleave(BEST_OF, dim=0)  # [4b, q]
+    device = policy.head.weight.device
+    responses = policy.sample(contexts.to(device), task.response_length, generator=generator)["responses"]
+    samples = truncate_responses(responses, task.truncate_token, task.truncate_after, pad_id)
+    return samples.view(len(queries), BEST_OF, -1).cpu().tolist()  # [b, 4, response_length]
 
 
 class OnlineCollection:
@@ -246,10 +65,9 @@ class OnlineCollection:
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
         self.batches = 0  # batches of requests sampled, each with its own generator
-        self.trainings = 0
-        self.waited = 0.0
-        self.reload = False  # a resumed run loads its last training's model before its first episode
-        self.fresh = True  # no checkpoint loaded: a journal left by a run killed before its first checkpoint is redone
+        self.trainings, self.waited = 0, 0.0  # trainings done; seconds PPO waited for labels
+        # reload: a resumed run loads its last training's model before its first episode; fresh: no checkpoint loaded,
+        self.reload, self.fresh = False, True  # so a journal left by a run killed before its first checkpoint is redone
         self.stats: dict[str, float] = {}  # the last before_episode's metrics
 
     def state_dict(self) -> dict:
@@ -259,30 +77,13 @@ class OnlineCollection:
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.check_journal(state["labels"], state.get("journal"))
+        self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
         self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
-
-    def check_journal(self, labels: int, digest: Optional[str]) -> None:
-        """On resume: the journal holds the checkpoint's ``labels`` records as they were (``digest``), and each is an
-        answer of the record (answers.jsonl); a file cut, emptied or changed since is one line naming it, never a run
-        that differs or waits for labels that cannot come."""
-        journal = self.journal
-        if len(journal) < labels or (digest is not None and journal.digest(labels) != digest):
-            what = f"holds {len(journal)} records, fewer than" if len(journal) < labels else "differs from"
-            raise UserError(f"{journal.path} {what} the checkpoint's {labels}: it was cut or changed since the "
-                            f"checkpoint; {RECOVER}")
-        given = self.answers.labels()
-        from_oai = lambda tokens: [self.pad_id if t == OAI_PAD else t for t in tokens]  # noqa: E731
-        for i, record in enumerate(journal.records[:labels]):
-            request = Request(0, 0, 0, from_oai(record["query"]), [from_oai(record[f"sample{k}"]) for k in range(BEST_OF)])
-            if (request.digest, record["best"]) not in given:
-                raise UserError(f"{self.answers.path} has no answer for record {i} of {journal.path.name}: it was cut "
-                                f"or changed since the checkpoint; {RECOVER}")
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -325,7 +126,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
-            self.stop_if_received("requests went out", n)  # a labeller that skips them all, a huge margin: not forever
+            stop_if_received(self.stop_received(), "requests went out", n)  # a labeller that skips them all: not forever
             self.request(update, policy)
             self.collect()
 
@@ -337,7 +138,7 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            self.stop_if_received("PPO waited for labels", n)  # the labels may never come: stop now, not after them
+            stop_if_received(self.stop_received(), "PPO waited for labels", n)  # the labels may never come
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
@@ -348,12 +149,6 @@ class OnlineCollection:
                 self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "
                          f"{last - started:.0f} s")
         self.say(f"online: {len(self.journal)} labels after {time.monotonic() - started:.0f} s; PPO goes on")
-
-    def stop_if_received(self, while_doing: str, n: int) -> None:
-        """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C) meanwhile."""
-        if (signum := self.stop_received()) is not None:
-            raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every "
-                          "label given is kept (online/answers.jsonl): --resume continues", signum)
 
     def collect(self, timeout: float = 0.0) -> None:
         """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
@@ -377,24 +172,17 @@ class OnlineCollection:
             self.journal.add([(r, best) for r, best in known if best is not UNKNOWN], self.pad_id)
         self.requests -= sum(best is None for r, best in known)
 
-    @torch.no_grad()
     def request(self, update: int, policy) -> None:
-        """One batch of requests: a batch of the task's queries, four samples of the current policy each, drawn as
-        OpenAI drew its label queries (the task's temperature and response length, truncated and padded)."""
-        # OAI lm_human_preferences/label_types.py: best_of_4 over samples of one query; offline.make_labels
-        task = self.task
+        """One batch of requests: a batch of the task's queries, four samples of the current policy each."""
         queries = next(self.sampler)  # [b, query_length]
-        contexts = format_queries(queries, self.prefix, self.suffix).repeat_interleave(BEST_OF, dim=0)  # [4b, q]
         device = policy.head.weight.device
         g = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self.batches)  # a resume draws the same
-        responses = policy.sample(contexts.to(device), task.response_length, generator=g)["responses"]
-        samples = truncate_responses(responses, task.truncate_token, task.truncate_after, self.pad_id)
-        samples = samples.view(len(queries), BEST_OF, -1).cpu().tolist()  # [b, 4, response_length]
+        samples = sample_requests(policy, queries, self.task, self.prefix, self.suffix, self.pad_id, g)
         requests = [Request(self.batches, i, update, q, s) for i, (q, s) in enumerate(zip(queries.tolist(), samples))]
         self.batches += 1
         self.requests += len(requests)
         self.submit(requests)
-        passed(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
+        passed(f"online-request {self.batches}")  # an audit event: where a test kills between two journal writes
 
     def last_model(self) -> tuple:
         """The last training's reward model and hparams (its saved model), or (None, {}) before the first."""

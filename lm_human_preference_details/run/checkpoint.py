@@ -21,8 +21,8 @@ import torch
 
 from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
 from lm_human_preference_details.run.identity import check_same_run
-from lm_human_preference_details.utils.errors import UserError
-from lm_human_preference_details.utils.files import atomic_path, disk_full
+from lm_human_preference_details.utils.errors import UserError, disk_full
+from lm_human_preference_details.utils.files import atomic_path
 from lm_human_preference_details.utils.progress import passed
 
 CHECKPOINTS = "checkpoints"
@@ -105,7 +105,7 @@ def fall_back(path: Path) -> str:
 @contextlib.contextmanager
 def save_errors(run_dir: Path, target: Path) -> Iterator[None]:
     """Turn a failed write of ``target`` (disk full, unwritable directory) into one line naming what is kept: an
-    OSError, or what torch.save (RuntimeError) or safetensors raise when the disk fills (files.disk_full)."""
+    OSError, or what torch.save (RuntimeError) or safetensors raise when the disk fills (errors.disk_full)."""
     try:
         yield
     except Exception as e:

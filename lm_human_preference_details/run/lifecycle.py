@@ -123,16 +123,14 @@ class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 
     def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks):
-        self.args, self.kind, self.ranks = args, RUN_KINDS[kind], ranks
-        self.dir = Path(args.output_dir)
-        self.tracker: Optional[Tracker] = None
-        self.saves: Optional[RunSaves] = None  # once started
+        self.args, self.kind, self.ranks, self.dir = args, RUN_KINDS[kind], ranks, Path(args.output_dir)
+        self.tracker: Optional[Tracker] = None  # and the saves (RunSaves), once started
+        self.saves: Optional[RunSaves] = None
         self.resume_from, self.finished = None, False  # where --resume continues from; a finished run's model is kept
-        self._failure: Optional[Exception] = None  # process 0's tracker error, shared after the update
-        self.show: dict[str, str] = {}
+        self._failure, self.show = None, {}  # process 0's tracker error, shared after the update; the bar's metrics
         self.directory = RunDirectory(args.output_dir, kind, resume=args.resume, overwrite=args.overwrite,
                                       inputs=list(inputs), say=self.print)
-        self._started, self._start_time, self._loop = False, time.time(), None
+        self._started, self._start_time, self._loop, self._stopping, self.saved = False, time.time(), None, False, None
 
     is_main = property(lambda self: self.ranks.is_main)
 
@@ -193,7 +191,6 @@ class Run:
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
                               dict(models or {}), tokenizer)
-        self._stopping, self.saved = False, None
         return first
 
     def check_options(self, config: dict) -> None:
@@ -242,11 +239,9 @@ class Run:
         """End the run after ``update`` on the agreed stop: every process raises `Stopped` (128 + the signal)."""
         self.stop.leaving, signum = True, self.stop.signum or signal.SIGTERM
         self._loop.close()  # leaves the loop's signal handlers (ignored from here under torchrun)
-        if self.saves.saver is not None:
-            raise Stopped(f"stopped by {signal.Signals(signum).name} after update {update}; saved {self.saved}; continue "
-                          "with --resume", signum)
-        raise Stopped(f"stopped by {signal.Signals(signum).name} during {self.desc} training (batch {update}); --resume "
-                      "trains it again", signum)
+        by = f"stopped by {signal.Signals(signum).name}"
+        raise Stopped(f"{by} after update {update}; saved {self.saved}; continue with --resume" if self.saves.saver
+                      else f"{by} during {self.desc} training (batch {update}); --resume trains it again", signum)
 
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
         """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it. A
@@ -254,8 +249,8 @@ class Run:
         return self.saves.save_model(name, model, hparams, failure=self._failure)
 
     def log(self, stats: Mapping[str, float], step: int) -> None:
-        """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (on
-        process 0) ends the run at the end of this update, on every process (`agree_after_update`)."""
+        """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (process
+        0's) ends the run after this update, on every process."""
         self._keep_failure(self.tracker.log, dict(stats), step=step)
         shown = {label: f"{stats[name]:.4g}" for label, name in self.show.items() if name in stats}
         if shown and getattr(self, "progress", None) is not None:

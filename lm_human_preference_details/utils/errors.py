@@ -14,13 +14,28 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import signal
 import sys
 import time
 from typing import Callable, Iterator
 
-from lm_human_preference_details.utils.files import disk_full
 from lm_human_preference_details.utils.torchrun import torchrun_rank, torchrun_world
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# how a full disk reads where no errno comes with it: the C library's words (safetensors' SafetensorError quotes them),
+# and torch.save's RuntimeError (its zip writer checks how far a write got: "unexpected pos N vs M", "PytorchStreamWriter
+# failed writing file ...")
+FULL_MESSAGES = (*map(os.strerror, FULL_ERRNOS), "unexpected pos", "file write failed")
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says a write failed for want of space, whatever its class (OSError, torch's RuntimeError,
+    safetensors' SafetensorError): an OSError by its errno, any other exception by its message."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.errno in FULL_ERRNOS
+    return isinstance(error, Exception) and any(m in str(error) for m in FULL_MESSAGES)
 
 
 class UserError(Exception):
@@ -94,7 +109,7 @@ def run_main(main: Callable[[], object]) -> None:
     except UserError as e:
         say_once(error_line(e))
         sys.exit(e.exit_code)
-    except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
+    except Exception as e:  # a full disk at any write, whichever class the writer raises (disk_full)
         if disk_full(e):
             where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
             say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a "

@@ -24,27 +24,13 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.torchrun import torchrun_rank
 
 CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_human_preference_details")
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
 BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
 HOST = socket.gethostname().replace("~", "-")
-FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# how a full disk reads where no errno comes with it: the C library's words (safetensors' SafetensorError quotes them),
-# and torch.save's RuntimeError (its zip writer checks how far a write got: "unexpected pos N vs M", "PytorchStreamWriter
-# failed writing file ...")
-FULL_MESSAGES = (*map(os.strerror, FULL_ERRNOS), "unexpected pos", "file write failed")
-
-
-def disk_full(error: BaseException) -> bool:
-    """Whether ``error`` says a write failed for want of space, whatever its class (OSError, torch's RuntimeError,
-    safetensors' SafetensorError): an OSError by its errno, any other exception by its message."""
-    if isinstance(error, OSError) and error.errno is not None:
-        return error.errno in FULL_ERRNOS
-    return isinstance(error, Exception) and any(m in str(error) for m in FULL_MESSAGES)
-
-
 def _owner_gone(name: str) -> bool:
     """Whether the process that made our temporary ``name`` (``PREFIX~HOST~PID~...``) has ended."""
     parts = name.split("~")
@@ -107,7 +93,6 @@ def cache_writable(directory: Path) -> Iterator[None]:
     except OSError as e:
         if e.errno not in NOT_WRITABLE_ERRNOS or not Path(directory).absolute().is_relative_to(CACHE_DIR.absolute()):
             raise
-        from lm_human_preference_details.utils.errors import UserError  # errors.py imports this module
 
         raise UserError(f"the cache LMHP_CACHE={CACHE_DIR} cannot be written ({directory}: {e.strerror or e}); set "
                         "LMHP_CACHE to a directory this process can write (default: ~/.cache/lm_human_preference_"

@@ -351,7 +351,7 @@ def test_a_full_disk_is_told_by_the_error_not_its_class():
     """The errors a real full tmpfs raised here (torch.save, safetensors, a text write), and look-alikes that are not."""
     from safetensors import SafetensorError
 
-    from lm_human_preference_details.utils.files import disk_full
+    from lm_human_preference_details.utils.errors import disk_full
 
     full = [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
             SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),

@@ -29,3 +29,10 @@ class FakeSampler:
 
     def load_state_dict(self, state):
         self.n = state["n"]
+
+
+def online_args(*flags: str, task: str = "offline"):
+    import train_policy
+
+    args = train_policy.build_args(task)
+    return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)

@@ -17,7 +17,9 @@ from helpers.online import FakePolicy, FakeSampler
 from lm_human_preference_details.labelling import online as online_module
 from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
 from lm_human_preference_details.labelling.labellers import CommandLabeller
-from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile, Schedule
+from lm_human_preference_details.labelling.online import OnlineCollection
+from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
+from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.utils.errors import UserError
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.events import drive, events_env
-from helpers.online import FakePolicy, FakeSampler
+from helpers.online import FakePolicy, FakeSampler, online_args
 from helpers.processes import in_process
 
 from lm_human_preference_details.labelling.labellers import AnswersAtOnce
-from lm_human_preference_details.labelling.online import Schedule
+from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.labels import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline import corpus as offline_corpus
@@ -31,67 +31,14 @@ from lm_human_preference_details.utils.errors import UserError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_labels_wanted_is_the_papers_formula_at_hand_computed_points():
-    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
-    # l(n) = 100 + 400 * (1 - (1 - n / 1000)^2)
-    assert s.labels_wanted(0) == 100
-    assert s.labels_wanted(250) == pytest.approx(100 + 400 * (1 - 0.75**2))  # 275
-    assert s.labels_wanted(500) == pytest.approx(400)
-    assert s.labels_wanted(1000) == 500
 
 
-def test_requests_go_out_while_fewer_than_l_n_plus_the_margin():
-    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=1000, retrainings=3)
-    assert s.should_request(1099, 0) and not s.should_request(1100, 0)
-    assert s.should_request(1399, 500) and not s.should_request(1400, 500)
-    assert not Schedule(100, 500, 1000, margin=0, retrainings=3).should_request(100, 0)
 
 
-def test_trainings_happen_at_evenly_spaced_values_of_l_n():
-    s = Schedule(initial_labels=100, final_labels=500, total_episodes=1000, margin=0, retrainings=3)
-    assert s.training_points() == [100, 200, 300, 400]
-    # l(n) = 200 where (1 - n / 1000)^2 = 0.75: n = 1000 * (1 - sqrt(0.75)) = 133.97
-    assert s.trainings_due(0) == 1 and s.trainings_due(133) == 1 and s.trainings_due(134) == 2
-    assert s.trainings_due(999) == 4  # the last a step short of N_r: l(n) reaches 500 only after the last episode
-    assert [s.training_labels(k, batch_size=32) for k in range(4)] == [96, 192, 288, 384]  # whole batches
-    paper = Schedule(initial_labels=1000, final_labels=20000, total_episodes=10**6, margin=1000, retrainings=19)
-    assert len(paper.training_points()) == 20 and paper.training_points()[1] == 1950
-    assert Schedule(100, 100, 1000, margin=0, retrainings=19).training_points() == [100]  # the offline limit
 
 
-def online_args(*flags: str, task: str = "offline"):
-    import train_policy
-
-    args = train_policy.build_args(task)
-    return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--online.num-labels", "100"], "--online.num-labels"),  # fewer than N_r^0 (1536)
-    (["--online.num-labels", "2048", "--online.labeller", "human"], "--online.labeller 'human'"),
-    (["--online.num-labels", "2048", "--online.margin", "-1"], "--online.margin"),
-    (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
-    (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
-    (["--online.num-labels", "2048", "--online.timeout", "0"], "--online.timeout is 0"),
-    (["--online.num-labels", "2048", "--online.timeout", "3e6"], "--online.timeout is 3e\\+06; pass a number of seconds"),
-    (["--online.num-labels", "2048", "--online.timeout", "1e10"], "--online.timeout is 1e\\+10"),
-    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", 'judge "x'],
-     "--online.command 'judge \"x' cannot be split into a program and its arguments \\(No closing quotation\\)"),
-    (["--online.num-labels", "2048", "--online.labeller", "command", "--online.command", "judge \\"],
-     "cannot be split into a program and its arguments \\(No escaped character\\)"),
-    (["--online.num-labels", "-5"], "--online.num-labels is -5; pass the labels at the end of the run"),
-    (["--online.labeller", "command", "--online.command", "judge"],
-     "--online.labeller, --online.command without --online.num-labels: online collection is off, so they do nothing"),
-    (["--online.margin", "5"], "--online.margin without --online.num-labels"),
-    (["--online.num-labels", "2048", "--online.retrainings", str(10**10)],
-     "--online.retrainings 10000000000 is more than the 512 labels that arrive after the first training"),
-    (["--online.num-labels", "1576", "--online.retrainings", "1000"], "--online.retrainings 1000 is more than the 40"),
-    (["--online.num-labels", "2048", "--online.labeller", "page", "--online.host", ""], "--online.host is empty"),
-])
-def test_bad_online_flags_are_one_line_each(flags, message):
-    with pytest.raises(UserError, match=message):
-        online_args(*flags)
-    assert not online_args().online.enabled  # off by default
 
 
 def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
@@ -290,7 +237,8 @@ class SkipEveryThird(AnswersAtOnce):
 def collection(journal_path: Path, trained: list):
     from types import SimpleNamespace
 
-    from lm_human_preference_details.labelling.online import OnlineCollection, OnlineLabelFile
+    from lm_human_preference_details.labelling.online import OnlineCollection
+    from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
 
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
