@@ -507,10 +507,8 @@ def train(args: Args) -> dict:
     ranks = Ranks.start(args, get_task(args.task_name).gpu_sized)
     device = ranks.device
     compile_blocks(args.compile)
-    inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset,
-              args.rewards.train_new_model.labels.source]
+    inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset, args.rewards.train_new_model.labels.source]
     with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
-        run.check_options(dataclasses.asdict(args))  # --resume: the options, before a reward model trains or online/
         task = get_task(args.task_name)
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()
@@ -567,7 +565,7 @@ def train(args: Args) -> dict:
                 for q, r, s, k, t in rows:
                     run.print(f"{q!r}\n  -> {r!r}\n  score = {s:+.2f}  kl = {k:+.2f}  total = {t:+.2f}")
         if online and reward_model is None:  # a finished run resumed (or one killed in its closing report): no update
-            reward_model, reward_hparams = online.last_model()  # ran here, and the report scores with the last model
+            reward_model, reward_hparams = online.training(online.trainings - 1)  # ran here: the last training's model
 
     if ranks.is_main:
         print(f"saved policy to {run.dir / 'policy'}")

@@ -252,7 +252,7 @@ def resume_checkpoint(path: Path | None, identity: Mapping[str, Any], quiet: boo
     if path is None:
         return {"update": 0, "elapsed": 0.0, "tracker": {}}
     checkpoint = load_checkpoint(path, RESUMABLE, quiet)
-    checkpoint["changed"] = check_same_run(checkpoint["config"], identity)
+    check_same_run(checkpoint["config"], identity)
     return checkpoint
 
 

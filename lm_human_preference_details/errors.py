@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Callable, Iterator
 
-from lm_human_preference_details.files import disk_full
+from lm_human_preference_details.files import CacheNotWritable, disk_full
 from lm_human_preference_details.torchrun import torchrun_rank, torchrun_world
 
 
@@ -64,6 +64,9 @@ def run_main(main: Callable[[], object]) -> None:
         say_once(error_line(e))
         sys.exit(getattr(e, "exit_code", 2))
     except Exception as e:  # a full disk at any write, whichever class the writer raises (files.disk_full)
+        if isinstance(e, CacheNotWritable):  # a UserError in all but its class (files.py cannot import this module)
+            say_once(error_line(e))
+            sys.exit(2)
         if disk_full(e):
             where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
             say_once(f"error: the disk is full{where} ({str(e)[:200]}); free some space and run the command again (a "
@@ -103,7 +106,7 @@ def ignore_stop_signals(previous: dict) -> dict:
 
 def error_line(error: BaseException) -> str:
     """The one line a failure prints: a UserError's message, or an unexpected error's type and first line."""
-    if isinstance(error, UserError):
+    if isinstance(error, (UserError, CacheNotWritable)):
         return f"error: {error}"
     return f"error: unexpected {type(error).__name__}: {_first_line(error)}"
 

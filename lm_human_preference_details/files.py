@@ -98,20 +98,26 @@ def remove_leftovers(directory: str | os.PathLike) -> list[str]:
 NOT_WRITABLE_ERRNOS = (errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM)
 
 
+class CacheNotWritable(OSError):
+    """The cache cannot be written: a problem the user fixes by setting LMHP_CACHE, said as one line like a UserError
+    (errors.run_main; errors.py imports this module, so the class is not a UserError)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 @contextlib.contextmanager
 def cache_writable(directory: Path) -> Iterator[None]:
-    """A directory under CACHE_DIR that cannot be made or written in: one line naming LMHP_CACHE and the fix, not an
-    OSError's traceback (elsewhere the OSError goes on as it is)."""
+    """A directory under CACHE_DIR that cannot be made or written in: CacheNotWritable, one line naming LMHP_CACHE and
+    the fix, not an OSError's traceback (elsewhere the OSError goes on as it is)."""
     try:
         yield
     except OSError as e:
         if e.errno not in NOT_WRITABLE_ERRNOS or not Path(directory).absolute().is_relative_to(CACHE_DIR.absolute()):
             raise
-        from lm_human_preference_details.errors import UserError  # errors.py imports this module
-
-        raise UserError(f"the cache LMHP_CACHE={CACHE_DIR} cannot be written ({directory}: {e.strerror or e}); set "
-                        "LMHP_CACHE to a directory this process can write (default: ~/.cache/lm_human_preference_"
-                        "details)") from None
+        raise CacheNotWritable(f"the cache LMHP_CACHE={CACHE_DIR} cannot be written ({directory}: {e.strerror or e}); "
+                               "set LMHP_CACHE to a directory this process can write (default: ~/.cache/lm_human_"
+                               "preference_details)") from None
 
 
 @contextlib.contextmanager

@@ -183,6 +183,22 @@ class LabelJournal:
         """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a journal cut or changed."""
         return hashlib.sha256(json.dumps(self.records[:n]).encode()).hexdigest()
 
+    def check(self, labels: int, digest: Optional[str], answers: AnswerLog, pad_id: int) -> None:
+        """On resume: the first ``labels`` records as the checkpoint saw them (``digest``: their hash), each an answer
+        of the record ``answers`` (answers.jsonl); a file cut, emptied or changed since is one line naming it, never a
+        run that differs or waits for labels that cannot come."""
+        if len(self) < labels or (digest is not None and self.digest(labels) != digest):
+            what = f"holds {len(self)} records, fewer than" if len(self) < labels else "differs from"
+            raise UserError(f"{self.path} {what} the checkpoint's {labels}: it was cut or changed since the checkpoint; "
+                            f"{RECOVER}")
+        given = answers.labels()
+        from_oai = lambda tokens: [pad_id if t == OAI_PAD else t for t in tokens]  # noqa: E731
+        for i, record in enumerate(self.records[:labels]):
+            request = Request(0, 0, 0, from_oai(record["query"]), [from_oai(record[f"sample{k}"]) for k in range(BEST_OF)])
+            if (request.digest, record["best"]) not in given:
+                raise UserError(f"{answers.path} has no answer for record {i} of {self.path.name}: it was cut or "
+                                f"changed since the checkpoint; {RECOVER}")
+
     def keep(self, n: int) -> None:
         """Drop the records past the first ``n`` (a resumed run makes them again, the same ones)."""
         if len(self.records) > n:
@@ -227,6 +243,19 @@ def read_journal(path: Path) -> list[dict]:
     return records
 
 
+def stop_if(signum: Optional[int], while_doing: str, n: int) -> None:
+    """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C: ``signum``) meanwhile."""
+    if signum is not None:
+        raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every label "
+                      "given is kept (online/answers.jsonl): --resume continues", signum)
+
+
+def cannot_come(journal: LabelJournal, need: int) -> UserError:
+    """No request open and none to send, fewer than ``need`` labels: they cannot come (the journal lost some)."""
+    return UserError(f"{journal.path} holds {len(journal)} labels and no request is open: the {need} PPO waits for "
+                     f"cannot come (the journal lost labels); {RECOVER}")
+
+
 class OnlineCollection:
     """The collection through a run: requests from the task's query stream, the labeller's answers in the journal,
     the trainings as the schedule calls them. A checkpoint saves its `state_dict`; --resume loads it."""
@@ -236,8 +265,7 @@ class OnlineCollection:
         self.schedule, self.journal, self.labeller, self.sampler, self.task = schedule, journal, labeller, sampler, task
         self.prefix, self.suffix, self.pad_id, self.seed = prefix, suffix, pad_id, seed
         self.episodes_per_update, self.reward_batch_size = sizes  # --ppo.batch-size, the reward model's batch size
-        # (training k, its label count) -> (reward model, its saved hparams); a finished training's model is reused
-        self.train = train
+        self.train = train  # (training k, its label count) -> (reward model, its hparams); a finished one's is reused
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
         self.answers = AnswerLog(journal.path.with_name("answers.jsonl"))
         self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
@@ -246,8 +274,7 @@ class OnlineCollection:
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
         self.batches = 0  # batches of requests sampled, each with its own generator
-        self.trainings = 0
-        self.waited = 0.0
+        self.trainings, self.waited = 0, 0.0  # trainings done, seconds spent making requests and waiting for labels
         self.reload = False  # a resumed run loads its last training's model before its first episode
         self.fresh = True  # no checkpoint loaded: a journal left by a run killed before its first checkpoint is redone
         self.stats: dict[str, float] = {}  # the last before_episode's metrics
@@ -255,34 +282,16 @@ class OnlineCollection:
     def state_dict(self) -> dict:
         return {"requests": self.requests, "batches": self.batches, "labels": len(self.journal),
                 "journal": self.journal.digest(len(self.journal)), "trainings": self.trainings,
-                "sampler": self.sampler.state_dict(),
-                "pending": [r.as_dict() for r in self.pending.values()]}
+                "sampler": self.sampler.state_dict(), "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.check_journal(state["labels"], state.get("journal"))
+        self.journal.check(state["labels"], state.get("journal"), self.answers, self.pad_id)
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
         self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
-
-    def check_journal(self, labels: int, digest: Optional[str]) -> None:
-        """On resume: the journal holds the checkpoint's ``labels`` records as they were (``digest``), and each is an
-        answer of the record (answers.jsonl); a file cut, emptied or changed since is one line naming it, never a run
-        that differs or waits for labels that cannot come."""
-        journal = self.journal
-        if len(journal) < labels or (digest is not None and journal.digest(labels) != digest):
-            what = f"holds {len(journal)} records, fewer than" if len(journal) < labels else "differs from"
-            raise UserError(f"{journal.path} {what} the checkpoint's {labels}: it was cut or changed since the "
-                            f"checkpoint; {RECOVER}")
-        given = self.answers.labels()
-        from_oai = lambda tokens: [self.pad_id if t == OAI_PAD else t for t in tokens]  # noqa: E731
-        for i, record in enumerate(journal.records[:labels]):
-            request = Request(0, 0, 0, from_oai(record["query"]), [from_oai(record[f"sample{k}"]) for k in range(BEST_OF)])
-            if (request.digest, record["best"]) not in given:
-                raise UserError(f"{self.answers.path} has no answer for record {i} of {journal.path.name}: it was cut "
-                                f"or changed since the checkpoint; {RECOVER}")
 
     def before_episode(self, update: int, policy, current: tuple) -> tuple:
         """Requests, labels and trainings due before the first episode of ``update``: ``current`` (the reward model
@@ -325,7 +334,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
-            self.stop_if_received("requests went out", n)  # a labeller that skips them all, a huge margin: not forever
+            stop_if(self.stop_received(), "requests went out", n)  # a labeller that skips all, a huge margin
             self.request(update, policy)
             self.collect()
 
@@ -337,23 +346,16 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            self.stop_if_received("PPO waited for labels", n)  # the labels may never come: stop now, not after them
+            stop_if(self.stop_received(), "PPO waited for labels", n)  # they may never come: stop now
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
-                raise UserError(f"{self.journal.path} holds {len(self.journal)} labels and no request is open: the "
-                                f"{need} PPO waits for cannot come (the journal lost labels); {RECOVER}")
+                raise cannot_come(self.journal, need)
             if time.monotonic() - last >= PROGRESS_S:
                 last = time.monotonic()
                 self.say(f"online: {len(self.journal)} of {need} labels, {len(self.pending)} requests open, waited "
                          f"{last - started:.0f} s")
         self.say(f"online: {len(self.journal)} labels after {time.monotonic() - started:.0f} s; PPO goes on")
-
-    def stop_if_received(self, while_doing: str, n: int) -> None:
-        """Stopped at once when the run received a stop signal (SIGTERM, SIGUSR1, Ctrl-C) meanwhile."""
-        if (signum := self.stop_received()) is not None:
-            raise Stopped(f"stopped by {signal.Signals(signum).name} while {while_doing} before episode {n}; every "
-                          "label given is kept (online/answers.jsonl): --resume continues", signum)
 
     def collect(self, timeout: float = 0.0) -> None:
         """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
@@ -395,10 +397,6 @@ class OnlineCollection:
         self.requests += len(requests)
         self.submit(requests)
         event(f"online-request {self.batches}")  # tests' hook (off in real runs): a kill between two journal writes
-
-    def last_model(self) -> tuple:
-        """The last training's reward model and hparams (its saved model), or (None, {}) before the first."""
-        return self.training(self.trainings - 1) if self.trainings else (None, {})
 
     def training(self, k: int) -> tuple:
         """Training k (or its saved model), from the initial model with a new head; the policy run's random state

@@ -14,6 +14,7 @@ writes what a started run saves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -135,6 +136,7 @@ class Run:
         try:
             with self.ranks.agree():  # every process sees the run where process 0 does, or the job ends in one line
                 self.resume_from = self.directory.resume_point(self.ranks.from_main)
+            check_resume_options(self)
         except BaseException:
             self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (rule 5)
             raise
@@ -174,26 +176,11 @@ class Run:
                                resume_step=checkpoint["update"] if args.resume else None,
                                wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (rule 5)
-        if checkpoint.get("changed") and self.is_main:
-            self.print(f"resumed with the online labeller's options changed: {', '.join(checkpoint['changed'])}")
         first = restore(checkpoint, objects) if self.resume_from else 0
         self._start_time = time.time() - checkpoint["elapsed"]
         self.saves = RunSaves(self.dir, self.kind, self.ranks, args.keep_checkpoints, config, identity, objects,
                               dict(models or {}), tokenizer)
         return first
-
-    def check_options(self, config: dict) -> None:
-        """On --resume, ``config`` against the run's config.json (its last start's, which passed the checkpoint's
-        check), before anything is trained or written: an option that may not change is refused now, not after a reward
-        model trained or online/ was written (the checkpoint's own check, `start`, follows)."""
-        if self.resume_from is None:
-            return
-        try:
-            saved = json.loads((self.dir / "config.json").read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(saved, dict):
-            check_same_run(saved, json.loads(json.dumps(config, default=str)))
 
     def wait_checkpoint_copy(self) -> None:
         """Block until the last save has copied the weights off them (BackgroundSaver.wait_copied): the loop calls it
@@ -265,3 +252,20 @@ class Run:
             write(*args, **kwargs)
         except Exception as e:
             self._failure = self._failure or e
+
+
+def check_resume_options(run: Run) -> None:
+    """On --resume, the run's options against its config.json (its last start's, which passed the checkpoint's check)
+    as the run is entered, before anything is trained or written: an option that may not change is refused now, not
+    after a reward model trained or online/ was written (`Run.start` checks them against the checkpoint after); the
+    online labeller's options that changed are said once."""
+    if run.resume_from is None:
+        return
+    try:
+        saved = json.loads((run.dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(saved, dict):
+        changed = check_same_run(saved, json.loads(json.dumps(dataclasses.asdict(run.args), default=str)))
+        if changed:
+            run.print(f"resumed with the online labeller's options changed: {', '.join(changed)}")

@@ -421,12 +421,13 @@ def test_a_cache_under_a_regular_file_or_on_a_read_only_file_system_is_one_line_
 
     monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(files.tempfile, "mkdtemp", read_only)
-    with pytest.raises(UserError, match=f"LMHP_CACHE={tmp_path / 'cache'} cannot be written .*Read-only file system"):
+    with pytest.raises(files.CacheNotWritable, match=f"LMHP_CACHE={tmp_path / 'cache'} cannot be written .*Read-only"):
         with files.atomic_path(tmp_path / "cache" / "v1" / "queries.txt"):
             pass
-    with pytest.raises(OSError):  # elsewhere (a run directory) the error is not the cache's
+    with pytest.raises(OSError) as elsewhere:  # elsewhere (a run directory) the error is not the cache's
         with files.atomic_path(tmp_path / "run" / "config.json"):
             pass
+    assert not isinstance(elsewhere.value, files.CacheNotWritable)
 
 
 @pytest.mark.parametrize("config, message", [
