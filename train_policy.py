@@ -508,7 +508,7 @@ def train(args: Args) -> dict:
     device = ranks.device
     compile_blocks(args.compile)
     inputs = [args.base_model, args.rewards.trained_model, args.task.query_dataset, args.rewards.train_new_model.labels.source]
-    with Run(args, "policy", inputs=inputs, ranks=ranks) as run:
+    with Run(args, "policy", inputs=inputs, ranks=ranks, options=dataclasses.asdict(args)) as run:  # checked early
         task = get_task(args.task_name)
         with ranks.agree():  # built once per cache under its lock (files.cache_lock); a failure ends every process
             task.prepare()

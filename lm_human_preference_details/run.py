@@ -14,7 +14,6 @@ writes what a started run saves.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import sys
@@ -105,8 +104,8 @@ class RunSaves:
 class Run:
     """One run's life: entered before anything is written, left when the run ends (module docstring)."""
 
-    def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks):
-        self.args, self.kind, self.ranks = args, RUN_KINDS[kind], ranks
+    def __init__(self, args, kind: str, *, inputs: Iterable[Optional[str]], ranks, options: Optional[dict] = None):
+        self.args, self.kind, self.ranks, self.options = args, RUN_KINDS[kind], ranks, options  # `check_resume_options`
         self.dir = Path(args.output_dir)
         self.tracker: Optional[Tracker] = None
         self.saves: Optional[RunSaves] = None  # once started
@@ -255,17 +254,18 @@ class Run:
 
 
 def check_resume_options(run: Run) -> None:
-    """On --resume, the run's options against its config.json (its last start's, which passed the checkpoint's check)
-    as the run is entered, before anything is trained or written: an option that may not change is refused now, not
-    after a reward model trained or online/ was written (`Run.start` checks them against the checkpoint after); the
-    online labeller's options that changed are said once."""
-    if run.resume_from is None:
+    """On --resume, the run's ``options`` (the config it starts with, where its script gave them) against its
+    config.json (its last start's, which passed the checkpoint's check) as the run is entered, before anything is
+    trained or written: an option that may not change is refused now, not after a reward model trained or online/ was
+    written (`Run.start` checks them against the checkpoint after); the online labeller's options that changed are
+    said once."""
+    if run.resume_from is None or run.options is None:
         return
     try:
         saved = json.loads((run.dir / "config.json").read_text())
     except (OSError, ValueError):
         return
     if isinstance(saved, dict):
-        changed = check_same_run(saved, json.loads(json.dumps(dataclasses.asdict(run.args), default=str)))
+        changed = check_same_run(saved, json.loads(json.dumps(run.options, default=str)))
         if changed:
             run.print(f"resumed with the online labeller's options changed: {', '.join(changed)}")
