@@ -135,7 +135,7 @@ class Run:
         try:
             with self.ranks.agree():  # every process sees the run where process 0 does, or the job ends in one line
                 self.resume_from = self.directory.resume_point(self.ranks.from_main)
-            check_resume_options(self)
+                check_resume_options(self)  # the options, before anything is trained or written
         except BaseException:
             self.__exit__(*sys.exc_info())  # what process 0 made for this run goes (rule 5)
             raise
