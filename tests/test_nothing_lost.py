@@ -404,7 +404,7 @@ def test_a_synced_temporary_is_whole_fsynced_readable_as_the_umask_allows_and_kn
     assert tmp.name.startswith(f"{files.TMP}~{files.HOST}~{os.getpid()}~labels.json~")
 
 
-# ------------------------------------------------------------------------------------------------ elsewhere (round four)
+# ------------------------------------------------------------------------------------ the cache, a config, a nested save
 def test_a_cache_under_a_regular_file_or_on_a_read_only_file_system_is_one_line_naming_lmhp_cache(tmp_path,
                                                                                                  monkeypatch):
     from lm_human_preference_details import files
