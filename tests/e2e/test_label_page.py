@@ -82,6 +82,13 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
         assert again == url
         browser.refresh()
         wait.until(lambda d: shown() == "#7 of 8")
+        # a click that names another item than the server's at its index (a page shown before a resume): refused (409),
+        # nothing kept, and the page reloads (its script state gone) to show the server's item
+        browser.execute_script("window.stale = true; state.item.request = 'an item of another session'")
+        browser.find_element(By.ID, "sample0").click()
+        WebDriverWait(browser, 60).until(  # a reload, not a model: 60 s on a loaded machine
+            lambda d: d.execute_script("return window.stale === undefined && state && state.item !== null"))
+        assert shown() == "#7 of 8"
         act(press("4"), "#8 of 8")  # item 6: key 4
     finally:
         proc.send_signal(signal.SIGTERM)
