@@ -243,7 +243,9 @@ def reward_run_args(args: Args, check_inputs: bool, **changes) -> train_reward.A
     new = args.rewards.train_new_model
     hparams = {f.name: getattr(new, f.name) for f in dataclasses.fields(train_reward.RewardTrainHParams)}
     run_options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunArgs) if f.name != "world_size"}
-    run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"))
+    # first_phase: one W&B run holds the reward model's batches, then PPO's updates (as the baseline's)
+    run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"),
+                       first_phase=True)
     # world_size: set by the reward run's own Ranks.start
     reward_args = train_reward.Args(**{**hparams, **run_options, **changes}, task=args.task, base_model=args.base_model)
     return reward_args.finalize(check_inputs)
@@ -303,7 +305,8 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
-        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed,
+        # a training inside PPO: its curves in its own directory, not in W&B, where the policy's run is open
+        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, first_phase=False, track=False,
                                                   output_dir=str(journal.path.parent / f"reward_{k:02d}")))
         reward_model, _, hparams = load_model_dir(path, "reward", device)
         rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]

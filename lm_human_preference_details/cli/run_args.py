@@ -53,6 +53,9 @@ class RunArgs:
     """W&B project"""
     wandb_entity: Optional[str] = None
     """W&B entity (team or user)"""
+    exp_name: Optional[str] = None
+    """the experiment's name in W&B: config exp_name, which openrlbenchmark selects runs by, and the W&B run's name
+    EXP_NAME__SEED__TIME (default: the script's name, train_policy or train_reward, as the baseline's)"""
     resume: bool = False
     """continue the run in --output-dir from its last checkpoint (a reward model run: reuse it if finished, else
     train it again); a directory without a run starts afresh, so a requeued job can always pass it"""
@@ -62,6 +65,8 @@ class RunArgs:
     """training checkpoints kept in RUN/checkpoints, newest first; an older one is deleted only after a newer one
     is complete"""
     task_name: tyro.conf.Suppress[str] = "sentiment"
+    first_phase: tyro.conf.Suppress[bool] = False
+    """the reward model a policy run trains first: its W&B run is the policy run's, continued by PPO (tracking.py)"""
     world_size: tyro.conf.Suppress[int] = 1
     """processes the emulated ranks ran on (torchrun's WORLD_SIZE), recorded in config.json"""
 
@@ -95,6 +100,8 @@ class RunArgs:
             if micro and n % (micro // sequences_per_row):
                 raise UserError(f"--micro-batch-sequences ({micro}) must hold a divisor of {name} ({n}) rows of "
                                 f"{sequences_per_row} sequence(s); pick {sequences_per_row} x a divisor of {n}")
+        if self.exp_name is None:  # decided here, so the reward run a policy run trains first inherits the policy's
+            self.exp_name = f"train_{kind}"
         if self.output_dir is None:
             self.output_dir = f"runs/{kind}_{self.task_name}_seed{self.seed}"
         self.output_dir = expand_home(self.output_dir)  # the one value every check and write uses
