@@ -96,8 +96,8 @@ class RewardHParams:
     horizon: int = 10000
     """adaptive controller horizon in episodes (train_policy.py AdaptiveKLParams: 10000)"""
     trained_model: Optional[str] = None
-    """directory saved by train_reward.py, oai:NAME (OpenAI's released run, e.g. oai:descriptiveness) or an OAI TF
-    reward_model directory; without it a reward model is trained first into the run directory"""
+    """directory saved by train_reward.py, oai:NAME (OpenAI's released run, e.g. oai:descriptiveness) or OAI TF reward_model;
+    without it a reward model is trained first into the run directory"""
     train_new_model: NewRewardModel = field(default_factory=NewRewardModel)
     """labels and hyperparameters of the reward model trained first (preset from --task, as train_reward.py's);
     its labels.source is also where --task.query-dataset oai-label-queries reads the policy's queries"""
@@ -171,14 +171,13 @@ class Args(RunArgs):
     base_model: str = "gpt2"
     """Hugging Face name or local directory of the initial policy (launch.py: GPT-2 124M)"""
     sample_print_interval: int = 10
-    """print (and log) a table of sampled responses every this many updates; metrics are logged every update (the
-    original's RunHParams.log_interval: 10)"""
+    """print (and log) a table of sampled responses every this many updates (the original's RunHParams.log_interval: 10);
+    metrics are logged every update"""
     save_interval: int = 50
-    """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
-    RunHParams: 50)"""
+    """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py RunHParams: 50)"""
     bf16: bool = False
-    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences"); the LM
-    head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
+    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences");
+    the LM head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
     n_updates: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     rank_minibatch_size: tyro.conf.Suppress[int] = 0
