@@ -54,10 +54,11 @@ class _Handover:
 
     @classmethod
     def take(cls, layout: Optional[WandbLayout]) -> tuple[Any, int]:
-        """-> the open W&B run and its next step, for a policy run of the same experiment, task and seed; else None."""
+        """-> the open W&B run and its next step, for a policy run of the same experiment and task (its seed may differ:
+        --rewards.train-new-model.seed); else None."""
         handed = cls.layout
         if cls.run is None or layout is None or handed is None or layout.kind != "policy" or \
-                (layout.exp_name, layout.task_id, layout.seed) != (handed.exp_name, handed.task_id, handed.seed):
+                (layout.exp_name, layout.task_id) != (handed.exp_name, handed.task_id):
             return None, 0
         run, cls.run, cls.layout = cls.run, None, None
         return run, cls.step

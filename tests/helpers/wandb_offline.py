@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,10 +54,21 @@ def records(path: Path) -> list:
     return found
 
 
+def finished_records(path: Path, timeout_s: float = 60) -> list:
+    """The records of a finished run's file: W&B's service may still be writing it after ``finish()`` returns (seen:
+    the file held only its header then), so wait for its last record, ``exit``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def read_offline_run(directory: Path) -> OfflineRun:
-    """The run in ``directory`` (RUN/wandb/offline-run-*): every session's records merged as W&B's sync would."""
+    """The finished run in ``directory`` (RUN/wandb/offline-run-*): its records merged as W&B's sync would."""
     run = OfflineRun()
-    for record in records(next(directory.glob("run-*.wandb"))):
+    for record in finished_records(next(directory.glob("run-*.wandb"))):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             r = record.run

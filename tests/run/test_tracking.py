@@ -69,7 +69,7 @@ def test_a_combined_run_is_one_wandb_run_as_the_baselines(tmp_path, monkeypatch)
     """The reward model a policy run trains first, then PPO: one W&B run named train_policy__SEED__TIME holding the
     reward model's rows at its batch index and PPO's after them (batches + update, as the baseline's _step), with
     exp_name and task_id in its config; the policy's own config joins when PPO starts; each phase's metrics.jsonl
-    keeps its own steps. A later run of another seed in the same process opens a W&B run of its own."""
+    keeps its own steps. A later policy run in the same process opens a W&B run of its own."""
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -88,7 +88,7 @@ def test_a_combined_run_is_one_wandb_run_as_the_baselines(tmp_path, monkeypatch)
         policy.log({"ppo/objective/score": float(update)}, update)
     assert policy.state_dict() == {"wandb_id": reward.wandb.id, "wandb_step": 3}  # what a resumed PPO phase continues
     policy.close()
-    other = _tracker(tmp_path / "other", track=True, layout=layout("policy", seed=2))
+    other = _tracker(tmp_path / "other", track=True, layout=layout("policy", seed=2))  # nothing handed over now
     other.close()
 
     (run,) = offline_runs(tmp_path / "run")
