@@ -89,3 +89,16 @@ def test_every_floor_is_the_locked_version_or_vouched_for():
         assert len(floors) == 1, f"{line}: one >= floor"
         want = VOUCHED.get(name, pins[name])
         assert Version(floors[0]) == Version(want), f"{name}: floor {floors[0]}, but CI tests {pins[name]} (vouched: {want})"
+
+
+def test_each_console_script_names_a_function_that_runs_its_module():
+    """lmhp-label and lmhp-sample (pyproject.toml) call the function `python -m MODULE` calls."""
+    import importlib
+
+    scripts = project()["scripts"]
+    assert set(scripts) == {"lmhp-label", "lmhp-sample"}
+    for name, target in scripts.items():
+        module_name, function = target.split(":")
+        module = importlib.import_module(module_name)
+        assert callable(getattr(module, function)), target
+        assert f"if __name__ == \"__main__\":\n    {function}()" in Path(module.__file__).read_text(), target
