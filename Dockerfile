@@ -15,8 +15,13 @@ ENV PYTHONUNBUFFERED=1 HF_HOME=/workspace/cache/hf LMHP_CACHE=/workspace/cache/l
 # a C and C++ compiler, which the slim image lacks: torch.compile (--compile) builds Triton's launcher (GPU) and
 # Inductor's C++ kernels (CPU) with them; tini: an init
 RUN apt-get update && apt-get install -y --no-install-recommends g++ libc6-dev tini && rm -rf /var/lib/apt/lists/*
+# TORCH_CUDA: empty, PyPI's CUDA 13.0 build; cu126 (or another build PyTorch's index has), the same torch release built
+# for that CUDA from https://download.pytorch.org/whl/TORCH_CUDA, for drivers older than R580 (docs/docker.md; not run
+# on a GPU): docker build --build-arg TORCH_CUDA=cu126 -t lmhp:cu126 .
+ARG TORCH_CUDA=
+ENV LMHP_TORCH_CUDA=${TORCH_CUDA}
 COPY constraints.txt ./
-RUN pip install --no-cache-dir -c constraints.txt torch==2.13.0
+RUN pip install --no-cache-dir -c constraints.txt ${TORCH_CUDA:+--index-url https://download.pytorch.org/whl/$TORCH_CUDA} torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY lm_human_preference_details ./lm_human_preference_details
 COPY train_reward.py train_policy.py ./
@@ -25,5 +30,5 @@ RUN pip install --no-cache-dir -c constraints.txt -e ".[test]"
 # .dockerignore keeps runs/, wandb/, caches and .git out
 COPY . .
 VOLUME ["/workspace/cache", "/workspace/lm-human-preference-details/runs"]
-ENTRYPOINT ["tini", "--", "sh", "-c", "echo 'lmhp image: torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580 and a GPU of compute capability >= 7.5 (no V100/P100), run with --gpus all; without one only the offline task trains (on the CPU)' >&2; exec \"$@\"", "lmhp"]
+ENTRYPOINT ["tini", "--", "sh", "-c", "if [ -n \"$LMHP_TORCH_CUDA\" ]; then echo \"lmhp image: torch 2.13.0, $LMHP_TORCH_CUDA build from PyTorch's index (not run on a GPU here): run with --gpus all; without a GPU it can use only the offline task trains (on the CPU)\" >&2; else echo 'lmhp image: torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580 and a GPU of compute capability >= 7.5 (no V100/P100), run with --gpus all; without one only the offline task trains (on the CPU)' >&2; fi; exec \"$@\"", "lmhp"]
 CMD ["python", "train_policy.py", "--help"]

@@ -98,8 +98,8 @@ class RewardHParams:
     horizon: int = 10000
     """adaptive controller horizon in episodes (train_policy.py AdaptiveKLParams: 10000)"""
     trained_model: Optional[str] = None
-    """directory saved by train_reward.py, oai:NAME (OpenAI's released run, e.g. oai:descriptiveness) or an OAI TF
-    reward_model directory; without it a reward model is trained first into the run directory"""
+    """directory saved by train_reward.py, oai:NAME (OpenAI's released run, e.g. oai:descriptiveness) or OAI TF reward_model;
+    without it a reward model is trained first into the run directory"""
     train_new_model: NewRewardModel = field(default_factory=NewRewardModel)
     """labels and hyperparameters of the reward model trained first (preset from --task, as train_reward.py's);
     its labels.source is also where --task.query-dataset oai-label-queries reads the policy's queries"""
@@ -173,14 +173,13 @@ class Args(RunArgs):
     base_model: str = "gpt2"
     """Hugging Face name or local directory of the initial policy (launch.py: GPT-2 124M)"""
     sample_print_interval: int = 10
-    """print (and log) a table of sampled responses every this many updates; metrics are logged every update (the
-    original's RunHParams.log_interval: 10)"""
+    """print (and log) a table of sampled responses every this many updates (the original's RunHParams.log_interval: 10);
+    metrics are logged every update"""
     save_interval: int = 50
-    """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py
-    RunHParams: 50)"""
+    """save the policy and a training checkpoint every this many updates, and at the end (train_reward.py RunHParams: 50)"""
     bf16: bool = False
-    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences"); the LM
-    head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
+    """bfloat16 autocast for the transformer's forward passes (a numerics deviation, README "Differences");
+    the LM head's logits, their log-softmax and the sampled token's log-prob stay fp32 (lm_head.full_precision)"""
     n_updates: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     rank_minibatch_size: tyro.conf.Suppress[int] = 0
@@ -245,7 +244,9 @@ def reward_run_args(args: Args, check_inputs: bool, **changes) -> train_reward.A
     new = args.rewards.train_new_model
     hparams = {f.name: getattr(new, f.name) for f in dataclasses.fields(train_reward.RewardTrainHParams)}
     run_options = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunArgs) if f.name != "world_size"}
-    run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"))
+    # first_phase: one W&B run holds the reward model's batches, then PPO's updates (as the baseline's)
+    run_options.update(seed=args.seed if new.seed is None else new.seed, output_dir=str(Path(args.output_dir) / "reward"),
+                       first_phase=True)
     # world_size: set by the reward run's own Ranks.start
     reward_args = train_reward.Args(**{**hparams, **run_options, **changes}, task=args.task, base_model=args.base_model)
     return reward_args.finalize(check_inputs)
@@ -316,7 +317,9 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
         out = online_training_dir(journal.path.parent, k)
-        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, output_dir=str(out)))
+        # a training inside PPO: its curves in its own directory, not in W&B, where the policy's run is open
+        path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, first_phase=False, track=False,
+                                                  output_dir=str(out)))
         reward_model, _, hparams = load_model_dir(path, "reward", device)
         rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text().splitlines()]
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]

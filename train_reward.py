@@ -61,8 +61,8 @@ class RewardTrainHParams:
     rollout_batch_size: int = 512
     """queries per sampling batch when normalising (launch.py: 512 books, 128 tldr/cnndm)"""
     normalize_samples: int = 256
-    """policy samples used to estimate the reward mean and std (launch.py: 256); --no-normalize-before and
-    --no-normalize-after turn normalising off"""
+    """policy samples used to estimate the reward mean and std (launch.py: 256);
+    --no-normalize-before and --no-normalize-after turn normalising off"""
     debug_normalize: int = 0
     """if > 0, this many fresh samples re-measure mean and std after each normalisation (train_reward.py)"""
     normalize_before: bool = True

@@ -48,8 +48,8 @@ class Args:
     task: TaskHParams = field(default_factory=TaskHParams)
     """query processing, response length, temperature, truncation (preset from --task; every field overridable)"""
     output: Optional[str] = None
-    """the label file to write, OpenAI's best_of_4 schema (default labels_<task>_seed<seed>.json); an existing one is
-    continued only if a session of this tool wrote it"""
+    """the label file to write, OpenAI's best_of_4 schema (default labels_<task>_seed<seed>.json);
+    an existing one is continued only if a session of this tool wrote it"""
     base_model: str = "gpt2"
     """the policy sampled when --policy is not given: Hugging Face name or local directory (the task's initial model)"""
     policy: Optional[str] = None
@@ -171,5 +171,11 @@ def main(argv: list[str] | None = None) -> Path:
     return output
 
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The console script lmhp-label (pyproject.toml), as `python -m lm_human_preference_details.label`."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

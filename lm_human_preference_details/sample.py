@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 import tyro
@@ -50,8 +50,8 @@ class Args:
     task: TaskHParams = field(default_factory=TaskHParams)
     """query processing, response length, temperature, truncation (preset from --task; every field overridable)"""
     policy: Optional[str] = None
-    """a directory saved by train_policy.py, oai:NAME (OpenAI's released run), an OAI TF policy directory, or any
-    Hugging Face causal LM (default runs/policy_<task>_seed1/policy, train_policy.py's default)"""
+    """a directory saved by train_policy.py, oai:NAME (OpenAI's released run), an OAI TF policy directory or any causal LM;
+    default runs/policy_<task>_seed1/policy, train_policy.py's default"""
     compare: Optional[str] = None
     """a second policy, sampled on the same queries with the same random draws; 'initial' = the policy's base model"""
     reward_model: Optional[str] = None
@@ -60,16 +60,16 @@ class Args:
     """held-out queries to sample (OAI sample.py: batch_size 4 per rank)"""
     samples_per_query: int = 2
     """responses drawn per query and policy"""
-    query_mode: str = "auto"
-    """which queries: test (held out), train, or auto: test where the source has a test split, else train (the
-    baseline's Hugging Face sources have only a train split; OAI sample.py reads mode='test')"""
+    query_mode: Literal["auto", "test", "train"] = "auto"
+    """which queries: test (held out), train, or auto: test where the source has a test split, else train;
+    the baseline's Hugging Face sources have only a train split (OAI sample.py reads mode='test')"""
     seed: int = 1
     """seed of the query order and of the sampling draws (the same for both policies)"""
     device: str = "auto"
     """torch device: auto (cuda if available), cpu, cuda ..."""
     output_dir: Optional[str] = None
-    """where samples.jsonl and the TensorBoard table go (default runs/sample_<task>_seed<seed>): a new or empty
-    directory, or one this tool wrote with --overwrite (docs/runs.md, the run-directory rules)"""
+    """where samples.jsonl and the TensorBoard table go (default runs/sample_<task>_seed<seed>);
+    a new or empty directory, or one this tool wrote with --overwrite (docs/runs.md, the run-directory rules)"""
     overwrite: bool = False
     """replace the samples in --output-dir written by an earlier `sample` (without it, such a directory is refused)"""
     track: bool = False
@@ -89,8 +89,6 @@ class Args:
             raise UserError(f"--num-queries ({self.num_queries}) and --samples-per-query ({self.samples_per_query}) "
                             "must be positive")
         check_seed(self.seed, 1)
-        if self.query_mode not in ("train", "test", "auto"):
-            raise UserError(f"--query-mode must be train, test or auto, got {self.query_mode!r}")
         if self.query_mode == "auto":
             self.query_mode = self.task.source.heldout_mode()
         self.task.source.check_mode(self.query_mode)  # the source's modes, before any policy is read
@@ -237,5 +235,11 @@ def write_samples(run: Run, rows: list[dict]) -> None:
                         "away and run the same command again") from None
 
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The console script lmhp-sample (pyproject.toml), as `python -m lm_human_preference_details.sample`."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

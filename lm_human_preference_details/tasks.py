@@ -12,7 +12,9 @@ import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Annotated, Callable, Optional
+
+import tyro
 
 from lm_human_preference_details.language.model_files import base_model_config, check_lm_config
 from lm_human_preference_details.queries.registry import check_query_dataset, query_source
@@ -24,6 +26,7 @@ from lm_human_preference_details.utils.errors import UserError
 # start_text / end_text left to the query dataset: a dataset name carries its processing (several tokens, so it can
 # never be a real one-token start or end text)
 DATASET_DEFAULT = "<the query dataset's>"
+FROM_DATASET = tyro.conf.arg(help_behavior_hint="(default: the query dataset's)")  # --help shows it unquoted
 
 
 @dataclass
@@ -33,23 +36,23 @@ class TaskHParams:
     query_length: int = 64
     """tokens per query after processing (launch.py books_task: 64)"""
     query_dataset: str = "bookcorpus"
-    """bookcorpus | tldr-17 (the public baseline's Hugging Face streams, a shuffle per rank) | books-2019 | tldr-2019 |
-    cnndm | oai-label-queries (the 2019 pipeline: OpenAI's files, one shuffle) | a local .parquet file or folder,
-    a local corpus-webis-tldr-17.zip, a .jsonl/.txt path (launch.py: books, tldr, cnndm; the baseline's fork:
-    bookcorpus, tldr-17; docs/data-sources.md)"""
+    """where the queries come from (launch.py: books, tldr, cnndm; the baseline's fork: bookcorpus, tldr-17):
+    bookcorpus or tldr-17, the public baseline's Hugging Face streams, a shuffle per rank;
+    books-2019, tldr-2019, cnndm or oai-label-queries, the 2019 pipeline of OpenAI's files, one shuffle;
+    or a local .parquet file or folder, corpus-webis-tldr-17.zip, or .jsonl/.txt path (docs/data-sources.md)."""
     query_column: str = "text"
-    """the text column of a parquet query dataset, or the field of tldr-17's corpus (the fork: `text` of bookcorpus,
-    `body` of webis/tldr-17: the tldr preset's)"""
+    """the text column of a parquet query dataset, or the field of tldr-17's corpus;
+    the fork reads `text` of bookcorpus and `body` of webis/tldr-17 (the tldr preset's)"""
     query_prefix: str = ""
     """text put before every query (launch.py: '' for books, 'Article:\\n\\n' for cnndm)"""
     query_suffix: str = ""
     """text put after every query (launch.py: '\\n\\nTL;DR:' for tldr and cnndm)"""
-    start_text: Optional[str] = DATASET_DEFAULT
-    """queries start right after the first occurrence of this one-token text; None to keep the start; default: the
-    query dataset's ('.' for books-2019 and local .jsonl/.txt as launch.py, None for bookcorpus as the fork)"""
-    end_text: Optional[str] = DATASET_DEFAULT
-    """queries end with the last occurrence of this one-token text; None to keep the end; default: the query
-    dataset's ('.' for books-2019 and local .jsonl/.txt as launch.py, None for bookcorpus as the fork)"""
+    start_text: Annotated[Optional[str], FROM_DATASET] = DATASET_DEFAULT
+    """queries start right after the first occurrence of this one-token text; None to keep the start;
+    the query dataset's by default: '.' for books-2019 and local .jsonl/.txt as launch.py, None for bookcorpus as the fork"""
+    end_text: Annotated[Optional[str], FROM_DATASET] = DATASET_DEFAULT
+    """queries end with the last occurrence of this one-token text; None to keep the end;
+    the query dataset's by default: '.' for books-2019 and local .jsonl/.txt as launch.py, None for bookcorpus as the fork"""
     response_length: int = 24
     """tokens sampled per response, always exactly this many (launch.py: 24 books, 75 tldr/cnndm)"""
     truncate_token: Optional[int] = 13

@@ -45,7 +45,7 @@ def tyro_cli(default: T, argv: list[str], description: str) -> T:
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
-            args = tyro.cli(type(default), default=default, args=argv, description=description)
+            args = tyro.cli(type(default), default=default, args=argv, description=description, prog=program_name())
     except SystemExit as e:
         if e.code in (0, None):  # --help, on stdout
             sys.stderr.write(captured.getvalue())
@@ -55,6 +55,15 @@ def tyro_cli(default: T, argv: list[str], description: str) -> T:
     return args
 
 
+def program_name() -> str:
+    """The program as its user started it, for the help's usage line: `python -m MODULE` for a module run with -m (whose
+    sys.argv[0] is its file's absolute path), else sys.argv[0]'s file name (a script, or a console script: lmhp-label)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("lm_human_preference_details."):
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "lmhp"
+
+
 def wide_parse_error(default: object, argv: list[str], description: str) -> str:
     """tyro's parse error for ``argv`` as it prints it, its box drawn wide enough that no line wraps (rich takes the
     width from $COLUMNS): parsed again, since parsing is cheap and the help must keep the terminal's width."""
@@ -62,7 +71,7 @@ def wide_parse_error(default: object, argv: list[str], description: str) -> str:
     os.environ["COLUMNS"] = "100000"
     try:
         with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
-            tyro.cli(type(default), default=default, args=argv, description=description)
+            tyro.cli(type(default), default=default, args=argv, description=description, prog=program_name())
     except SystemExit:
         pass
     finally:

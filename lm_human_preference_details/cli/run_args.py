@@ -32,13 +32,14 @@ class RunArgs:
     """the original's MPI ranks (launch.py: 8 V100s), emulated on any number of processes (torchrun, a divisor):
     each has its own seed, query stream, sampling noise, minibatch permutations and whitening group"""
     exact_ranks: bool = False
-    """what: each emulated rank takes its own forward and backward passes and statistics, added in a fixed tree, so 1,
-    2, 4 or 8 processes give bit-identical runs (with equal CPU threads per process); cost: a process runs one pass
-    per rank it holds instead of one fused pass (measured in docs/ranks.md). Off: the same maths up to float
-    summation order. On in the offline demo"""
+    """each emulated rank takes its own forward and backward passes and statistics, added in a fixed tree;
+    then 1, 2, 4 or 8 processes give bit-identical runs (with equal CPU threads per process).
+    Its cost: a process runs one pass per rank it holds instead of one fused pass (measured in docs/ranks.md).
+    Off: the same maths up to float summation order. On in the offline demo"""
     micro_batch_sequences: int = 0
-    """query-response sequences per forward pass, to fit memory (0: all at once): a sampled query or an episode is one,
-    a reward label one per candidate (4 for best_of_4); gradients are accumulated, the maths is unchanged"""
+    """query-response sequences per forward pass, to fit memory (0: all at once);
+    a sampled query or an episode is one, a reward label one per candidate (4 for best_of_4);
+    gradients are accumulated, the maths is unchanged"""
     output_dir: Optional[str] = None
     """run directory for logs and saved models (default runs/<reward|policy>_<task>_seed<seed>)"""
     device: str = "auto"
@@ -53,15 +54,20 @@ class RunArgs:
     """W&B project"""
     wandb_entity: Optional[str] = None
     """W&B entity (team or user)"""
+    exp_name: Optional[str] = None
+    """the experiment's name in W&B, config exp_name (which openrlbenchmark selects runs by) and the W&B run's name's head;
+    default: the script's name, train_policy or train_reward, as the baseline's"""
     resume: bool = False
-    """continue the run in --output-dir from its last checkpoint (a reward model run: reuse it if finished, else
-    train it again); a directory without a run starts afresh, so a requeued job can always pass it"""
+    """continue the run in --output-dir from its last checkpoint (a reward model run: reuse it if finished, else train it);
+    a directory without a run starts afresh, so a requeued job can always pass it"""
     overwrite: bool = False
     """delete the run already in --output-dir and start again (without --resume or this, such a directory is refused)"""
     keep_checkpoints: int = 1
-    """training checkpoints kept in RUN/checkpoints, newest first; an older one is deleted only after a newer one
-    is complete"""
+    """training checkpoints kept in RUN/checkpoints, newest first;
+    an older one is deleted only after a newer one is complete"""
     task_name: tyro.conf.Suppress[str] = "sentiment"
+    first_phase: tyro.conf.Suppress[bool] = False
+    """the reward model a policy run trains first: its W&B run is the policy run's, continued by PPO (tracking.py)"""
     world_size: tyro.conf.Suppress[int] = 1
     """processes the emulated ranks ran on (torchrun's WORLD_SIZE), recorded in config.json"""
 
@@ -95,6 +101,8 @@ class RunArgs:
             if micro and n % (micro // sequences_per_row):
                 raise UserError(f"--micro-batch-sequences ({micro}) must hold a divisor of {name} ({n}) rows of "
                                 f"{sequences_per_row} sequence(s); pick {sequences_per_row} x a divisor of {n}")
+        if self.exp_name is None:  # decided here, so the reward run a policy run trains first inherits the policy's
+            self.exp_name = f"train_{kind}"
         if self.output_dir is None:
             self.output_dir = f"runs/{kind}_{self.task_name}_seed{self.seed}"
         self.output_dir = expand_home(self.output_dir)  # the one value every check and write uses

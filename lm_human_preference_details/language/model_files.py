@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from huggingface_hub import constants
+from safetensors import SafetensorError, safe_open
 
 from lm_human_preference_details.language.tokenizer import N_VOCAB
 from lm_human_preference_details.utils.downloads import require_hub
@@ -27,18 +28,14 @@ def is_local_model(name_or_path: str) -> bool:
 
 
 def safetensors_problem(path: Path) -> str | None:
-    """None if a .safetensors file is as long as its header says, else what is wrong (read without loading it)."""
-    size = path.stat().st_size
+    """None if safetensors opens the file (its header whole and its tensors' bytes all there), else its size and
+    safetensors' own words for what is wrong ("incomplete metadata, file not fully covered": truncated). Only the
+    header is read (numpy, memory-mapped): nothing loads."""
     try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if size < 8 or n > size - 8:
-                return f"{size} bytes, shorter than its header"
-            header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return "its header is not readable"
-    return None if size >= 8 + n + end else f"{size} of {8 + n + end} bytes: truncated"
+        with safe_open(str(path), framework="numpy"):
+            return None
+    except SafetensorError as e:
+        return f"{path.stat().st_size} bytes, {str(e).removeprefix('Error while deserializing header: ')}"
 
 
 def check_model_files(path: str | Path, flag: str, fix: str) -> dict:

@@ -8,7 +8,6 @@ does (`resume_point`).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -18,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from filelock import FileLock
+
 from lm_human_preference_details.run.checkpoint import CHECKPOINTS, list_checkpoints
 from lm_human_preference_details.run.checksums import CHECKSUMS
 from lm_human_preference_details.utils.errors import UserError
-from lm_human_preference_details.utils.files import atomic_path, remove_leftovers, sha256_of
+from lm_human_preference_details.utils.files import atomic_path, hold_lock, lock_holder, remove_leftovers, sha256_of
 
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
 # the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
@@ -160,29 +161,28 @@ def clear_run(run_dir: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> None:
 
 
 class DirectoryLock:
-    """An exclusive lock on RUN/.lmhp-run.lock while the run lives; the kernel releases it when the process ends."""
+    """An exclusive lock on RUN/.lmhp-run.lock while the run lives (`files.hold_lock`); the kernel releases it when the
+    process ends."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK
-        self.fd: Optional[int] = None
+        self.held: Optional[FileLock] = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise UserError(f"{self.path.parent} is in use by a live run ({holder}); wait for it to end, or pass "
-                            "another --output-dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
-        self.fd = fd
+            self.held = hold_lock(self.path)
+        except OSError as e:  # no run can hold it either: its empty file goes
+            self.path.unlink(missing_ok=True)
+            raise UserError(f"cannot lock {self.path} ({e.strerror or e}); pass an --output-dir on a file system with "
+                            "locks") from None
+        if self.held is None:
+            raise UserError(f"{self.path.parent} is in use by a live run ({lock_holder(self.path)}); wait for it to end, "
+                            "or pass another --output-dir")
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the lock
-            self.fd = None
+        if self.held is not None:
+            self.held.release()
+            self.held = None
 
 
 class RunDirectory:
@@ -205,8 +205,10 @@ class RunDirectory:
         try:
             self._prepare(mode)
         except BaseException:  # a full disk at the marker: what this run made goes, as in Run.__exit__
-            if self.lock.fd is not None:  # the lock is ours: so are a bare marker and lock
+            if self.lock.held is not None:  # the lock is ours: so are a bare marker and lock
                 self.remove_if_empty()
+            elif self.made_dir and not any(self.dir.iterdir()):  # a directory this run made, left empty
+                self.dir.rmdir()
             self.lock.release()
             raise
 

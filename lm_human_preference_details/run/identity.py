@@ -15,9 +15,10 @@ from lm_human_preference_details.utils.errors import UserError
 # options a resumed run may change: where and how it runs, not what it computes (docs/checkpoints.md); world_size: the
 # emulated ranks (--num-ranks, which may not change) draw and compute the same on any number of processes
 MAY_CHANGE_ON_RESUME = {"resume", "overwrite", "output_dir", "device", "compile", "tf32", "micro_batch_sequences", "track",
-                        "wandb_project", "wandb_entity", "keep_checkpoints", "save_interval", "sample_print_interval",
-                        "world_size", "host", "port",  # host, port: where the online page is served
-                        "online.command", "online.timeout"}  # the online labeller's program: fixed, it resumes the run
+                        "wandb_project", "wandb_entity", "exp_name", "first_phase", "keep_checkpoints", "save_interval",
+                        "sample_print_interval", "world_size", "host", "port",  # host, port: where the online page is
+                        "online.command", "online.timeout"}  # served; the online labeller's program: fixed, it resumes
+# exp_name, first_phase: how W&B names the run, whose checkpoint may predate them
 
 
 def fingerprint(module: nn.Module) -> str:

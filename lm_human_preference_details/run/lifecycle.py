@@ -39,7 +39,7 @@ from lm_human_preference_details.run.identity import check_resumed_config
 from lm_human_preference_details.run.plots import draw_curves
 from lm_human_preference_details.run.saver import BackgroundSaver
 from lm_human_preference_details.run.signals import StopSignals, agree_after_update
-from lm_human_preference_details.run.tracking import Tracker
+from lm_human_preference_details.run.tracking import Tracker, WandbLayout
 from lm_human_preference_details.utils.errors import Stopped
 from lm_human_preference_details.utils.progress import passed, progress, write_above_progress
 
@@ -159,8 +159,8 @@ class Run:
                 self._loop.close()
             if self.saves is not None:
                 self.saves.close(failed=exc_type is not None)
-            if self.tracker is not None:
-                self.tracker.close()
+            if self.tracker is not None:  # a phase that ended well hands its W&B run on, after its loop's steps
+                self.tracker.close(next_step=None if exc_type else getattr(self, "total", None))
             if exc_type is not None and not self._started and self.is_main and not self.finished:
                 self.directory.remove_if_empty()
         finally:
@@ -180,10 +180,10 @@ class Run:
         objects, identity = dict(objects or {}), identity or config
         checkpoint = resume_checkpoint(self.resume_from, identity, quiet=not self.is_main)
         args = self.args
+        layout = WandbLayout(args.exp_name, args.task_name, args.seed, self.kind.name, args.first_phase)
         self.tracker = Tracker(self.dir, config, track=args.track, project=args.wandb_project, entity=args.wandb_entity,
-                               name=f"{self.kind.name}_{args.task_name}_seed{args.seed}_{int(time.time())}",
-                               resume_step=checkpoint["update"] if args.resume else None,
-                               wandb_id=checkpoint["tracker"].get("wandb_id"), enabled=self.is_main)
+                               resume_step=checkpoint["update"] if args.resume else None, enabled=self.is_main,
+                               layout=layout, **checkpoint["tracker"])  # its W&B run and step (Tracker.state_dict)
         self._started = True  # config.json is written: from here a failure leaves the run to --resume (docs/runs.md)
         if checkpoint.get("changed") and self.is_main:
             self.print(f"resumed with the online labeller's options changed: {', '.join(checkpoint['changed'])}")

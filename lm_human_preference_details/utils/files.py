@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import shutil
@@ -23,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
+
+from filelock import FileLock, Timeout
 
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.torchrun import torchrun_rank
@@ -148,52 +149,63 @@ def _publish_once(target: Path, final: Path) -> None:
 
 @contextlib.contextmanager
 def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
-    """Hold the build lock of the cache entry ``entry`` (``.lmhp-building~NAME`` beside it, flock) while the block
-    builds it. A process that finds it held waits, polling (never in a collective: the wait is as long as the build,
-    past NCCL's 10 minutes if need be), and says for whom once; the kernel drops a dead builder's lock. The holder
-    removes the lock file as it leaves. Where no lock can be taken (a read-only cache, a file system without locks)
-    the block runs unlocked."""
+    """Hold the build lock of the cache entry ``entry`` (``.lmhp-building~NAME`` beside it, `hold_lock`) while the
+    block builds it. A process that finds it held waits, polling (never in a collective: the wait is as long as the
+    build, past NCCL's 10 minutes if need be), and says for whom once; the kernel drops a dead builder's lock. The
+    holder removes the lock file as it leaves. Where no lock can be taken (a read-only cache, a file system without
+    locks) the block runs unlocked."""
     path = Path(entry).parent / f"{BUILDING}~{Path(entry).name}"
-    fd = _take(path, poll_s)
+    lock = _take(path, poll_s)
     try:
         yield
     finally:
-        if fd is not None:
+        if lock is not None:
             path.unlink(missing_ok=True)  # before the lock is dropped: a waiter then finds its file gone, and retries
-            os.close(fd)
+            lock.release()
 
 
-def _take(path: Path, poll_s: float) -> int | None:
-    """An open descriptor of the lock file ``path``, flock-ed by this process; None where no lock can be taken."""
+def _take(path: Path, poll_s: float) -> FileLock | None:
+    """The lock file ``path`` held by this process, waited for; None where no lock can be taken."""
     said = False
     while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
+            lock = hold_lock(path)
+        except OSError:  # no locks on this file system (ENOLCK), or no writing: replace=False publishes keep an entry whole
             return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-                print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
-            said = True
-            os.close(fd)
-            time.sleep(poll_s)
-            continue
-        except OSError:  # no locks on this file system (ENOLCK): replace=False publishes keep an entry whole
-            os.close(fd)
-            return None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:  # not a file its last holder removed while this process waited for it
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {HOST}".encode(), 0)
-            return fd
-        os.close(fd)
+        if lock is not None:
+            return lock
+        if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
+            print(f"waiting for {lock_holder(path)} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
+        said = True
+        time.sleep(poll_s)
+
+
+def hold_lock(path: Path) -> FileLock | None:
+    """filelock's exclusive lock on the file ``path`` (flock: the kernel drops it when its process dies), taken without
+    waiting, with this process's holder line written in the file -> the lock, or None when another holds it. A lock
+    file its holder removed while this process opened it is not taken (filelock sees it unlinked): None, try again.
+    An OSError (a file system without locks: filelock's soft-lock fallback is off, as a killed holder would leave
+    its file locked for ever) is the caller's."""
+    lock = FileLock(path, is_singleton=False, thread_local=False, fallback_to_soft=False)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        return None
+    try:
+        path.write_text(f"pid {os.getpid()} on {HOST}")  # the holder line others show (filelock writes nothing)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds the lock file ``path``: its holder line, or "another process"."""
+    try:
+        return path.read_bytes()[:200].decode(errors="replace").strip() or "another process"
+    except OSError:
+        return "another process"
 
 
 def sha256_of(path: Path) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 import train_reward
-from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.cli.parsing import parse_args, program_name
 from lm_human_preference_details.utils.errors import UserError
 
 
@@ -41,3 +44,95 @@ def test_an_unknown_task_is_one_line_before_any_preset_is_built(monkeypatch):
     with pytest.raises(UserError, match="sentimnt"):
         parse_args(train_reward.build_args, "title", ["--task", "sentimnt"])
     assert built == []
+
+
+# Every entry point's Args; labelling/online.py's OnlineHParams is being rewritten elsewhere: its fields join the
+# mid-sentence check once rewrapped (the test below fails when that exemption is no longer needed)
+def entry_points() -> dict:
+    import train_policy
+    from lm_human_preference_details import label, sample
+
+    return {"train_policy.py": train_policy, "train_reward.py": train_reward, "python -m lm_human_preference_details.label":
+            label, "python -m lm_human_preference_details.sample": sample}
+
+
+PENDING = {"OnlineHParams"}
+
+
+def help_texts(cls: type, seen: set | None = None) -> dict[str, str]:
+    """Class.field -> the help text tyro shows for it (its docstring, single line breaks joined by tyro's own rule),
+    for every field of ``cls`` and of the dataclasses nested in it."""
+    import dataclasses
+    import typing
+
+    from tyro import _docstrings
+
+    seen = set() if seen is None else seen
+    texts = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        text = _docstrings.get_field_docstring(cls, f.name, ())
+        if text:
+            texts[f"{cls.__name__}.{f.name}"] = text
+        nested = [t for t in (hints[f.name], *typing.get_args(hints[f.name])) if dataclasses.is_dataclass(t)]
+        for t in nested:
+            if t not in seen:
+                seen.add(t)
+                texts.update(help_texts(t, seen))
+    return texts
+
+
+def mid_sentence_breaks(text: str) -> list[str]:
+    """The line breaks of a field's help text that do not end a sentence or clause: a line (not the last) ending
+    without '.', ';', ':', '!' or '?' (a closing bracket or quote after it allowed). tyro keeps a docstring's line
+    breaks in --help, so such a break splits a sentence wherever the source was wrapped ("so 1,\\n2, 4 or 8")."""
+    import re
+
+    lines = text.split("\n")
+    return [f"{a.strip()[-30:]!r} / {b.strip()[:20]!r}" for a, b in zip(lines, lines[1:])
+            if not re.search(r"[.;:!?][)\"'`]*$", a.strip())]
+
+
+def test_no_help_text_breaks_mid_sentence():
+    assert mid_sentence_breaks("one, so 1,\n2, 4") and mid_sentence_breaks("the\nquery dataset's")  # the rule itself
+    assert not mid_sentence_breaks("a clause;\nthen another (launch.py: 8).\nAnd one.")
+    found, pending = [], set()
+    for name, module in entry_points().items():
+        for field, text in help_texts(module.Args).items():
+            if mid_sentence_breaks(text):
+                if field.split(".")[0] in PENDING:
+                    pending.add(field.split(".")[0])
+                else:
+                    found.append(f"{name} {field}: {mid_sentence_breaks(text)}")
+    assert not found
+    assert pending == PENDING, "a pending class's help is rewrapped: drop it from PENDING"
+
+
+def test_help_names_the_program_as_started_never_by_an_absolute_path(monkeypatch, capsys):
+    """Each entry point's --help: `python -m MODULE` for the -m tools (whose sys.argv[0] is the file's absolute path),
+    the script's or console script's file name otherwise; a default with an apostrophe is not shown shell-quoted, and
+    a closed choice lists its values."""
+    monkeypatch.setenv("COLUMNS", "100")  # one column of boxes
+    import types
+
+    for name, module in entry_points().items():
+        main_module = types.ModuleType("__main__")
+        if name.startswith("python -m"):
+            main_module.__spec__ = types.SimpleNamespace(name=name.split()[-1])
+            monkeypatch.setattr("sys.argv", [module.__file__, "--help"])
+        else:
+            main_module.__spec__ = None
+            monkeypatch.setattr("sys.argv", [name, "--help"])
+        monkeypatch.setitem(sys.modules, "__main__", main_module)
+        with pytest.raises(SystemExit):
+            parse_args(module.build_args, "title", ["--help"])
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: {name} [-h]"), out[:120]
+        assert os.path.dirname(module.__file__) not in out  # no absolute path anywhere in the help
+        words = " ".join(out.replace("│", " ").split())  # the help's words, as rich wrapped them into one column
+        assert "(default: the query dataset's)" in words and "'\"'\"'" not in out  # --task.start-text's default
+        if name.endswith(".sample"):
+            assert "--query-mode {auto,test,train}" in words
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/lmhp-label"])
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)  # a console script's __main__ is its launcher
+    assert program_name() == "lmhp-label"  # pyproject.toml's console script

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def saved_run(out: Path, updates: int = 3) -> Path:
     """A policy run of a one-layer model in ``out`` that saved a checkpoint after each update (the last two kept)."""
     args = SimpleNamespace(output_dir=str(out), resume=False, overwrite=False, track=False, wandb_project="p",
-                           wandb_entity=None, task_name="t", seed=1, keep_checkpoints=2, save_interval=1)
+                           exp_name="train_policy", first_phase=False, wandb_entity=None, task_name="t", seed=1,
+                           keep_checkpoints=2, save_interval=1)
     layer = torch.nn.Linear(2, 2)
     with Run(args, "policy", inputs=[], ranks=Ranks(1, 1)) as run:
         first = run.start({"seed": 1}, {"layer": layer})

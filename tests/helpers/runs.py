@@ -58,6 +58,7 @@ def assert_same_run(one, two, model, exact=True):
 def run_args(out: Path, **kw) -> SimpleNamespace:
     """The run options `Run` reads (both scripts' RunArgs)."""
     base = dict(output_dir=str(out), resume=False, overwrite=False, track=False, wandb_project="p", wandb_entity=None,
+                exp_name="train_policy", first_phase=False,
                 task_name="t", seed=1, keep_checkpoints=1, save_interval=2)
     return SimpleNamespace(**{**base, **kw})
 

@@ -27,9 +27,15 @@ def test_model_files_are_checked_without_loading(tiny_model_dir, tmp_path):
     weights = copy / "model.safetensors"
     size = weights.stat().st_size
     assert safetensors_problem(weights) is None
-    weights.write_bytes(weights.read_bytes()[:-1])
-    assert safetensors_problem(weights) == f"{size - 1} of {size} bytes: truncated"
-    with pytest.raises(UserError, match="model.safetensors is damaged .* truncated\\); save it again"):
+    whole = weights.read_bytes()
+    header = 8 + int.from_bytes(whole[:8], "little")
+    for cut, words in ((header, "incomplete metadata, file not fully covered"), (header - 1, "invalid header length"),
+                       (4, "header too small")):  # safetensors' own words: no tensor bytes, a cut header, no header
+        weights.write_bytes(whole[:cut])
+        assert safetensors_problem(weights) == f"{cut} bytes, {words}", cut
+    weights.write_bytes(whole[:-1])  # one byte short: a truncated download
+    assert safetensors_problem(weights) == f"{size - 1} bytes, incomplete metadata, file not fully covered"
+    with pytest.raises(UserError, match="model.safetensors is damaged .* not fully covered\\); save it again"):
         check_model_files(copy, "--base-model", "save it again")
     weights.unlink()
     with pytest.raises(UserError, match="has a config.json but no weights"):

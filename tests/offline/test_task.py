@@ -1,9 +1,11 @@
-"""offline/task.py: the preset's report hook (its held-out queries), and a CI-sized run of the task end to end."""
+"""offline/task.py: the preset's report hook (its held-out queries), and a CI-sized run of the task end to end (tracked
+in an offline W&B run)."""
 
 import json
 from types import SimpleNamespace
 
 from helpers.processes import in_process
+from helpers.wandb_offline import offline_runs
 
 from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import report as offline_report
@@ -32,9 +34,9 @@ def test_offline_task_end_to_end(tmp_path, offline_cache):
     6.97 (bound 12); with all 1536 labels 0.76, 0.46, 6.9. In this process (helpers.processes.in_process, one thread: two spin
     at OpenMP's barriers whenever another process takes a core): the command line of `--task offline` runs for real
     in test_bench_offline's benchmark and test_online's runs, and a new interpreter here would only import torch."""
-    env = {"LMHP_CACHE": offline_cache, "WANDB_MODE": "disabled"}
+    env = {"LMHP_CACHE": offline_cache, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # no account, no network
     result = in_process("train_policy.py", "--task", "offline", "--ppo.total-episodes", 320,
-                        "--rewards.train-new-model.labels.num-train", 768, "--output-dir", tmp_path / "run",
+                        "--rewards.train-new-model.labels.num-train", 768, "--output-dir", tmp_path / "run", "--track",
                         env_extra=env, cwd=tmp_path)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reward_model/heldout_accuracy"] > 0.33  # chance is 0.25 over 512 held-out labels
@@ -44,6 +46,11 @@ def test_offline_task_end_to_end(tmp_path, offline_cache):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all("ppo/objective/gold_score" in r for r in rows)
     assert "offline task summary" in result.stdout
+    # --track: one W&B run, as the baseline's: the reward model's 96 batches of 8, then PPO's 5 updates from step 96
+    (run,) = offline_runs(tmp_path / "run")
+    assert run.name.startswith("train_policy__1__") and run.config["exp_name"] == "train_policy"
+    assert run.config["task_id"] == "offline" and run.job_type == "reward_then_policy"
+    assert run.steps("train_reward/minibatch/") == list(range(96)) and run.steps("ppo/") == list(range(96, 101))
     # the assets were built once (by this run or another test's), atomically, and are reused
     assert (offline_cache / offline_assets.VERSION / "labels.json").exists()
     assert not list(offline_cache.glob(".*tmp*"))

@@ -122,3 +122,19 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     shuffled = "intro\ntext\n" + "".join(f"## {s}\n" for s in reversed(README_SECTIONS))
     assert readme_section_problems(shuffled)
     assert not readme_section_problems("intro\ntext\n" + "".join(f"## {s}\n" for s in README_SECTIONS))
+
+
+def test_readme_lists_the_presets_help_lists():
+    """The README's Tasks line names each `--task` preset that --help offers (TASK_NAMES), and no other."""
+    from lm_human_preference_details.tasks import TASK_NAMES
+
+    line = re.search(r"^- \*\*Tasks\*\*(.*?)Every preset", (ROOT / "README.md").read_text(), re.M | re.S).group(1)
+    named = {w.strip("`") for w in INLINE_CODE.findall(line)} - {"--task"}
+    assert named == set(TASK_NAMES), f"README's Tasks: {sorted(named)}; --help's: {sorted(TASK_NAMES)}"
+
+
+def test_the_readmes_real_task_commands_run_in_the_baselines_fp32():
+    """Expected results needs --no-tf32: each training command of "The real tasks" passes it."""
+    section = re.search(r"^## The real tasks.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.M | re.S).group(1)
+    commands = [c for c in section.replace("\\\n", " ").splitlines() if re.search(r"train_(policy|reward)\.py|LMHP_ARGS", c)]
+    assert commands and all("--no-tf32" in c for c in commands), [c for c in commands if "--no-tf32" not in c]

@@ -108,3 +108,28 @@ def test_ci_and_docker_install_from_the_lock():
     assert 'pip install -q -c constraints.txt -e ".[test]" && ruff check . && python -m pytest -q' in ci
     docker = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("RUN pip install")]
     assert docker and all("-c constraints.txt" in line for line in docker)
+
+
+def test_the_docker_build_argument_installs_another_cuda_build_of_the_locked_torch():
+    """--build-arg TORCH_CUDA=cu126: the torch install line, as the image's sh expands it (echoed: no network), takes
+    the locked release from PyTorch's cu126 index; without it, from PyPI (its CUDA 13.0 build). The entry point's first
+    line says which build the image has. Neither build was run on a GPU here (docs/docker.md)."""
+    import subprocess
+
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    assert "ARG TORCH_CUDA=" in lines and "ENV LMHP_TORCH_CUDA=${TORCH_CUDA}" in lines
+    (run,) = [line for line in lines if line.startswith("RUN pip install") and " torch==" in line]
+    entry = json.loads(next(line for line in lines if line.startswith("ENTRYPOINT ")).removeprefix("ENTRYPOINT "))
+    for value, index, says in (
+        ("", None, "torch 2.13.0, CUDA 13.0 build: needs an NVIDIA driver >= 580"),
+        ("cu126", "https://download.pytorch.org/whl/cu126", "torch 2.13.0, cu126 build from PyTorch's index (not run"),
+    ):
+        env = {"PATH": "/usr/bin:/bin", "TORCH_CUDA": value, "LMHP_TORCH_CUDA": value}
+        words = subprocess.run(["sh", "-c", f"echo {run.removeprefix('RUN ')}"], env=env, capture_output=True, text=True,
+                               check=True).stdout.split()
+        assert words[:2] == ["pip", "install"] and words[words.index("-c") + 1] == "constraints.txt"
+        assert words[-1] == f"torch=={locked()['torch']}"
+        assert (words[words.index("--index-url") + 1] if "--index-url" in words else None) == index
+        started = subprocess.run(["sh", "-c", entry[entry.index("-c") + 1], "lmhp", "echo", "ran"], env=env,
+                                 capture_output=True, text=True)
+        assert started.stdout == "ran\n" and says in started.stderr, started.stderr

@@ -209,6 +209,21 @@ def test_a_live_run_holds_its_directory_and_a_killed_one_does_not(tmp_path):
     assert (out / LOCK).exists()
 
 
+def test_a_run_directory_on_a_file_system_without_locks_is_refused_in_one_line(tmp_path, monkeypatch):
+    """flock answered ENOLCK (NFS without a lock daemon): no run may start there unguarded; nothing is left."""
+    import errno
+
+    import filelock._unix
+
+    def no_locks(fd: int) -> bool:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(filelock._unix, "lock_fd_nonblocking", no_locks)
+    with pytest.raises(UserError, match=rf"cannot lock {tmp_path / 'run' / LOCK} \({os.strerror(errno.ENOLCK)}\); pass"):
+        fake_train(tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_that_fails_before_it_starts_leaves_nothing(tmp_path):
     out = tmp_path / "new" / "run"
     with pytest.raises(UserError, match="late check"):

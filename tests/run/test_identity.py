@@ -26,6 +26,8 @@ def test_options_are_compared_by_their_dotted_names_and_only_where_and_how_may_c
     assert flat_config(saved) == {"seed": 1, "rewards.train_new_model.device": "cuda", "rewards.train_new_model.lr": 1e-5}
     # a may-change option at any depth (the reward run's device), and one the checkpoint does not hold (track)
     check_same_run(saved, {"seed": 1, "rewards": {"train_new_model": {"device": "cpu", "lr": 1e-5}}, "track": True})
+    check_same_run(saved, {**saved, "exp_name": "train_policy", "first_phase": False})  # W&B's names: a checkpoint
+    # made before they were options resumes
     with pytest.raises(UserError, match=r"differ from the checkpoint's \(num_ranks None -> 8\); pass the same options"):
         check_same_run(saved, {**saved, "num_ranks": 8})  # an option the checkpoint does not hold may not appear
     changed = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "seed": 2}  # six differ: the first four, sorted, are shown

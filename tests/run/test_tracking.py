@@ -1,11 +1,13 @@
-"""tracking.py: a resumed run's logs continue the killed run's without showing any step twice."""
+"""tracking.py: a resumed run's logs continue the killed run's without showing any step twice; a combined run is one
+W&B run laid out as the baseline's."""
 
 import json
 import time
 
 import pytest
+from helpers.wandb_offline import offline_runs
 
-from lm_human_preference_details.run.tracking import Tracker, keep_rows_before
+from lm_human_preference_details.run.tracking import Tracker, WandbLayout, keep_rows_before
 
 
 def _tracker(run_dir, track=False, **kw):
@@ -61,3 +63,40 @@ def test_a_resumed_run_continues_its_wandb_run_offline(tmp_path, monkeypatch):
     resumed.close()
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(f"-{saved['wandb_id']}") for r in runs)  # two sessions, one run id
+
+
+def test_a_combined_run_is_one_wandb_run_as_the_baselines(tmp_path, monkeypatch):
+    """The reward model a policy run trains first, then PPO: one W&B run named train_policy__SEED__TIME holding the
+    reward model's rows at its batch index and PPO's after them (batches + update, as the baseline's _step), with
+    exp_name and task_id in its config; the policy's own config joins when PPO starts; each phase's metrics.jsonl
+    keeps its own steps. A later policy run in the same process opens a W&B run of its own."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+    def layout(kind, seed=1, first_phase=False):
+        return WandbLayout("train_policy", "offline", seed, kind, first_phase=first_phase)
+
+    reward = _tracker(tmp_path / "run" / "reward", track=True, layout=layout("reward", first_phase=True))
+    for batch in range(3):
+        reward.log({"train_reward/minibatch/loss": 1.0 + batch}, batch)
+    reward.log({"train_reward/eval/accuracy": 0.5}, 3)  # after the last batch, at the batch count (train_reward.py)
+    reward.close(next_step=3)
+    policy = Tracker(tmp_path / "run", {"seed": 1, "ppo": {"lr": 1e-5}}, track=True, project="p", entity=None,
+                     layout=layout("policy"))
+    for update in range(2):
+        policy.log({"ppo/objective/score": float(update)}, update)
+    assert policy.state_dict() == {"wandb_id": reward.wandb.id, "wandb_step": 3}  # what a resumed PPO phase continues
+    policy.close()
+    other = _tracker(tmp_path / "other", track=True, layout=layout("policy", seed=2))  # nothing handed over now
+    other.close()
+
+    (run,) = offline_runs(tmp_path / "run")
+    assert run.name.startswith("train_policy__1__") and run.group == "train_policy__offline"
+    assert run.job_type == "reward_then_policy"
+    assert run.config["exp_name"] == "train_policy" and run.config["task_id"] == "offline"
+    assert run.config["ppo"] == {"lr": 1e-5} and run.config["train_reward"] == {"seed": 1}
+    assert run.steps("train_reward/") == [0, 1, 2, 3] and run.steps("ppo/") == [3, 4]
+    assert [r["step"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())] == [0, 1]
+    (separate,) = offline_runs(tmp_path / "other")
+    assert separate.id != run.id and separate.name.startswith("train_policy__2__") and separate.job_type == "policy"

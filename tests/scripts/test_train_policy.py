@@ -232,8 +232,10 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     new = args.rewards.train_new_model
     changed = {"seed": 7, "num_ranks": 4, "exact_ranks": True, "micro_batch_sequences": 8, "output_dir": "/tmp/p",
                "device": "cpu", "tf32": False, "compile": True, "track": True, "wandb_project": "p",
-               "wandb_entity": "e", "resume": True, "overwrite": False, "keep_checkpoints": 3, "task_name": "tldr"}
-    assert set(changed) == {f.name for f in dataclasses.fields(RunArgs)} - {"world_size"}  # set by Ranks.start
+               "wandb_entity": "e", "exp_name": "x", "resume": True, "overwrite": False, "keep_checkpoints": 3,
+               "task_name": "tldr"}
+    # world_size: set by Ranks.start; first_phase: set for the reward run (one W&B run holds both phases)
+    assert set(changed) == {f.name for f in dataclasses.fields(RunArgs)} - {"world_size", "first_phase"}
     for name, value in changed.items():
         setattr(args, name, value)
     hparams = {"batch_size": 8, "lr": 1e-4, "rollout_batch_size": 64, "normalize_samples": 64, "debug_normalize": 2,
@@ -248,6 +250,7 @@ def test_the_reward_run_gets_every_option_of_the_policy_run():
     assert {n: getattr(reward_args, n) for n in hparams} == hparams
     assert reward_args.labels.num_train == 64 and reward_args.base_model == "/models/m"
     assert reward_args.task == args.task.resolved()
+    assert reward_args.first_phase and not args.first_phase
     new.seed = 11  # --rewards.train-new-model.seed, when given, seeds the reward run alone
     assert train_policy.reward_run_args(args, check_inputs=False).seed == 11
     args.resume, args.overwrite = False, True  # the two contradict each other (check_run_options): one at a time

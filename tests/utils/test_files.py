@@ -15,7 +15,7 @@ from pathlib import Path
 from helpers.processes import in_process
 
 from lm_human_preference_details.utils.downloads import fetch
-from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.files import HOST, atomic_path, cache_lock, hold_lock, lock_holder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +123,47 @@ def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(
     rows = {name: (tmp_path / name / "metrics.jsonl").read_text().splitlines() for name in ("one", "two")}
     assert len(rows["one"]) > 2 and rows["one"] == rows["two"]
     assert len(list((tmp_path / "cache").iterdir())) == 1  # the assets' directory: no temporaries, no lock file
+
+
+def test_a_held_lock_names_its_holder_and_a_cache_lock_leaves_no_file(tmp_path, capsys):
+    """hold_lock writes its holder line, which a second taker shows; cache_lock's waiter says for whom it waits, and the
+    holder removes the lock file as it leaves."""
+    path = tmp_path / ".lmhp-building~entry"
+    held = hold_lock(path)
+    assert held is not None and lock_holder(path) == f"pid {os.getpid()} on {HOST}"
+    assert hold_lock(path) is None  # another taker (its own descriptor: flock is per open file) finds it held
+    entered = [cache_lock(tmp_path / "entry", poll_s=0.01)]  # kept: a context left to the collector would leave
+    waited = threading.Thread(target=entered[0].__enter__)
+    waited.start()
+    time.sleep(0.3)
+    path.unlink()  # as cache_lock's holder leaves: the file first, then the lock
+    held.release()
+    waited.join(timeout=10)
+    assert f"waiting for pid {os.getpid()} on {HOST} to build {tmp_path / 'entry'}" in capsys.readouterr().out
+    assert lock_holder(path) == f"pid {os.getpid()} on {HOST}"  # the waiter holds a new lock file now
+    entered[0].__exit__(None, None, None)
+    assert not path.exists()
+    with cache_lock(tmp_path / "other"):
+        assert (tmp_path / ".lmhp-building~other").exists()
+    assert not (tmp_path / ".lmhp-building~other").exists()
+
+
+def test_on_a_file_system_without_locks_a_cache_entry_is_built_unlocked(tmp_path, monkeypatch):
+    """NFS without a lock daemon answers flock with ENOLCK: the build runs unlocked (replace=False publishes keep the
+    entry whole), and hold_lock leaves the error to its caller (a run directory refuses it in one line)."""
+    import errno
+
+    import filelock._unix
+    import pytest
+
+    def no_locks(fd: int) -> bool:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(filelock._unix, "lock_fd_nonblocking", no_locks)
+    built = []
+    with cache_lock(tmp_path / "entry", poll_s=0.01):
+        built.append(True)
+    assert built
+    with pytest.raises(OSError) as e:
+        hold_lock(tmp_path / "lock")
+    assert e.value.errno == errno.ENOLCK
