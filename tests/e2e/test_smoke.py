@@ -119,7 +119,7 @@ def bad_inputs(assets, tmp_path_factory):
     shutil.copytree(d / "reward_model", d / "reward-no-weights")
     (d / "reward-no-weights" / "model.safetensors").unlink()
     shutil.copytree(d / "reward_model", d / "reward-corrupt")
-    (d / "reward-corrupt" / "head.pt").write_bytes(b"not a checkpoint")
+    (d / "reward-corrupt" / "head.safetensors").write_bytes(b"not a checkpoint")
     shutil.copytree(d / "reward_model", d / "reward-foreign")
     foreign = load_tokenizer(str(d / "reward-foreign"))
     foreign.add_tokens(["<extra>"])
