@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lm_human_preference_details.language.cards import write_card
 from lm_human_preference_details.language.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
 from lm_human_preference_details.language.interop import plain_pad_id, reward_score, save_plain_lm, save_plain_tokenizer
 from lm_human_preference_details.language.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
@@ -269,7 +270,7 @@ class Policy(LMWithHead):
 # ---------------------------------------------------------------------------------------------
 # Saved models: the LM in Hugging Face format (loadable by AutoModelForCausalLM, a reward model also by
 # AutoModelForSequenceClassification: interop.py) + the tokenizer + the scalar head (and the reward model's gain and
-# bias) + the hparams used.
+# bias) + the hparams used + the model card.
 HEAD_FILE = "head.safetensors"
 OLD_HEAD_FILE = "head.pt"  # a pickle: directories saved before safetensors still load
 HPARAMS_FILE = "hparams.json"
@@ -280,9 +281,11 @@ def head_file(path: str | Path) -> Path | None:
     return next((Path(path) / f for f in (HEAD_FILE, OLD_HEAD_FILE) if (Path(path) / f).is_file()), None)
 
 
-def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True) -> None:
-    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included);
-    ``replace=False``: a cache entry, kept if a concurrent writer published it first (files.atomic_path)."""
+def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True, *,
+                   metrics: dict | None = None, tracked: str | None = None) -> None:
+    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included),
+    with its card (``metrics``: the run's last logged values, ``tracked``: its W&B URL); ``replace=False``: a cache
+    entry, kept if a concurrent writer published it first (files.atomic_path)."""
     from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
 
     kind = "reward" if isinstance(model, RewardModel) else "policy"
@@ -295,6 +298,7 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
             head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
             save_file(head, tmp / HEAD_FILE, metadata={"format": "pt"})
             (tmp / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
+            write_card(tmp, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
     except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
         raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
 
