@@ -49,12 +49,12 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
         pipeline_tag="text-generation" if kind == "policy" else "text-classification",
         tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
     )
-    what = ("a policy fine-tuned with PPO against a reward model learned from human best-of-4 labels" if kind == "policy"
-            else "a reward model trained on best-of-4 labels (one softmax over the four samples' rewards)")
+    what = ("A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels" if kind == "policy"
+            else "A GPT-2 reward model trained on best-of-4 labels (one softmax over the four samples' rewards)")
     lines = [f"# {hparams.get('task_name') or 'lm-human-preferences'}: {kind}", "",
-             f"GPT-2 {what}, as in Ziegler et al., [Fine-Tuning Language Models from Human Preferences]({PAPER}), "
-             f"reproduced in PyTorch by lm-human-preference-details (a reproduction of "
-             "[openai/lm-human-preferences](https://github.com/openai/lm-human-preferences)).", "",
+             f"{what}, as in Ziegler et al., [Fine-Tuning Language Models from Human Preferences]({PAPER}), "
+             "reproduced in PyTorch by lm-human-preference-details from "
+             "[openai/lm-human-preferences](https://github.com/openai/lm-human-preferences).", "",
              f"- base model: `{base}`" if base else "- base model: unknown",
              f"- task: `{hparams.get('task_name') or 'unknown'}`, queries `{task.get('query_dataset', 'unknown')}`, "
              f"{task.get('query_length', '?')} query tokens, {task.get('response_length', '?')} response tokens"]
@@ -84,8 +84,9 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
               f"'{kind}')` (the same weights with the original's pad semantics and the head's bias)."]
     if kind == "reward":
         lines += ["", f"**The score differs from this project's reward by a constant**: reward = logits[:, 0] + "
-                  f"`config.{REWARD_OFFSET}` = {reward_offset!r}. The reward head's bias, gain and bias have no place in a "
-                  "bias-free `score` Linear; `score.weight` is gain times the head's weight. Text that ends in "
+                  f"`config.{REWARD_OFFSET}` = {reward_offset!r}. The head's bias and the reward's gain and bias "
+                  "have no place in a bias-free `score` Linear; `score.weight` is gain times the head's weight. Text "
+                  "that ends in "
                   "`<|endoftext|>` (the pad of this directory) is scored at the token before it.",
                   "", "OpenRLHF: `python -m lm_human_preference_details.export openrlhf PATH OUT` writes a copy whose "
                   "config holds `mean` = -reward_offset and `std` = 1; with `--normalize_reward` it scores as ours."]

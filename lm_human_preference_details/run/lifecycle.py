@@ -49,7 +49,8 @@ def card_facts(run_dir: Path, tracker: Tracker | None) -> dict:
     if tracker is not None:
         tracker.flush()
     wandb_run = getattr(tracker, "wandb", None) if tracker is not None else None
-    return {"metrics": last_metrics(run_dir / "metrics.jsonl"), "tracked": getattr(wandb_run, "url", None)}
+    online = wandb_run is not None and not getattr(wandb_run, "offline", False)  # an offline run has no URL (W&B warns)
+    return {"metrics": last_metrics(run_dir / "metrics.jsonl"), "tracked": wandb_run.url if online else None}
 
 
 class RunSaves:

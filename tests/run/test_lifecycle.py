@@ -83,5 +83,7 @@ def test_a_saved_models_card_gets_the_runs_last_metrics_and_its_wandb_url(tmp_pa
                                                     "tracked": None}
         tracked = types.SimpleNamespace(flush=lambda: None, wandb=types.SimpleNamespace(url="https://wandb.ai/x/y/runs/z"))
         assert card_facts(run.dir, tracked)["tracked"] == "https://wandb.ai/x/y/runs/z"
+        tracked.wandb.offline = True  # WANDB_MODE=offline: no URL, and W&B's warning not asked for
+        assert card_facts(run.dir, tracked)["tracked"] is None
     finally:
         run.__exit__(None, None, None)
