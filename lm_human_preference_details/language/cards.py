@@ -77,8 +77,7 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
         lines += ["from transformers import AutoModelForSequenceClassification, AutoTokenizer",
                   "model = AutoModelForSequenceClassification.from_pretrained(PATH)  # num_labels 1, `score` has no bias",
                   "tokenizer = AutoTokenizer.from_pretrained(PATH)",
-                  "tokenizer.padding_side = 'right'  # the score is read at the last token that is not a pad",
-                  "batch = tokenizer([query + response], return_tensors='pt', padding=True)",
+                  "batch = tokenizer([query + response], return_tensors='pt', padding=True)  # on the right",
                   f"reward = model(**batch).logits[:, 0] + model.config.{REWARD_OFFSET}"]
     lines += ["```", "", "This project's own code: `lm_human_preference_details.language.model.load_model_dir(PATH, "
               f"'{kind}')` (the same weights with the original's pad semantics and the head's bias)."]

@@ -2,8 +2,9 @@
 `GPT2ForSequenceClassification`'s `score`, and OpenRLHF's reward-model config.
 
 Training pads with [PAD] = 50257, a token GPT-2 has no embedding for (FIDELITY B1 pad mask and positions); that stays
-ours. The saved directory tells other code to pad with EOS (50256) on the left instead: `generate` and
-`pipeline("text-generation")` mask those pads, so they never reach a forward pass as tokens. `load_tokenizer` adds our
+ours. The saved directory tells other code to pad with EOS (50256) instead, a policy on the left: `generate` and
+`pipeline("text-generation")` mask those pads, so they never reach a forward pass as tokens; a reward model on the right,
+where a sequence classifier's positions are right. `load_tokenizer` adds our
 [PAD] back when it reads such a directory.
 
 The reward is gain * (w . h + b) + bias at the last real token. A `score` Linear has no bias, so the saved `score.weight`
@@ -20,7 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-PADDING_SIDE = "left"  # decoder-only generation pads on the left (transformers warns on the right)
+PADDING_SIDES = {"policy": "left", "reward": "right"}  # generation pads on the left (transformers warns on the right);
+# GPT2ForSequenceClassification numbers positions 0, 1, ... whatever the mask says: a reward model pads on the right
 REWARD_OFFSET = "reward_offset"  # config.json: reward = score logit + reward_offset
 SCORE = "score"  # GPT2ForSequenceClassification's head, and OpenRLHF's default value_head_prefix
 
@@ -57,9 +59,9 @@ def save_plain_lm(lm: nn.Module, path: Path, pad_id: int, score: tuple[torch.Ten
         generation.save_pretrained(path)
 
 
-def save_plain_tokenizer(tokenizer, path: Path, n_embeddings: int) -> None:
+def save_plain_tokenizer(tokenizer, path: Path, n_embeddings: int, kind: str) -> None:
     """``tokenizer`` via save_pretrained, without the tokens past the model's ``n_embeddings`` rows (our [PAD]),
-    padding with EOS on the left (`plain_pad_id`)."""
+    padding with EOS (`plain_pad_id`) on the side a ``kind`` ('policy' or 'reward') model needs."""
     tokenizer.save_pretrained(path)
     fast = path / "tokenizer.json"
     if fast.is_file():
@@ -72,7 +74,7 @@ def save_plain_tokenizer(tokenizer, path: Path, n_embeddings: int) -> None:
     if isinstance(decoder, dict):
         config["added_tokens_decoder"] = {k: v for k, v in decoder.items() if int(k) < n_embeddings}
     config["pad_token"] = tokenizer.eos_token
-    config["padding_side"] = PADDING_SIDE
+    config["padding_side"] = PADDING_SIDES[kind]
     config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     special = path / "special_tokens_map.json"
     if special.is_file():

@@ -292,9 +292,9 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
     score = reward_score(model.head, model.gain, model.bias) if kind == "reward" else None
     try:
         with atomic_path(path, is_dir=True, replace=replace) as tmp:
-            # other code pads with EOS on the left; our [PAD] stays training's (interop.py)
+            # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
             save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)
-            save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0])
+            save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0], kind)
             head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
             save_file(head, tmp / HEAD_FILE, metadata={"format": "pt"})
             (tmp / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))

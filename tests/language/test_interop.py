@@ -62,13 +62,15 @@ def test_our_loading_keeps_training_pad_and_the_same_tokens(saved, tokenizer):
 
 
 def test_reward_model_loads_as_sequence_classification_and_scores_as_ours_up_to_the_offset(saved, tokenizer):
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from lm_human_preference_details.language.model import load_model_dir
 
     out, reward_model = saved
     classifier = AutoModelForSequenceClassification.from_pretrained(out / "reward_model")
     assert classifier.config.num_labels == 1 and classifier.score.bias is None
+    plain = AutoTokenizer.from_pretrained(out / "reward_model")
+    assert plain.padding_side == "right" and plain.pad_token_id == classifier.config.pad_token_id == 50256
     offset = json.loads((out / "reward_model" / "config.json").read_text())["reward_offset"]
     assert offset == pytest.approx(1.7 * 0.25 - 0.4)  # gain * head bias + bias
     torch.manual_seed(2)
