@@ -5,6 +5,8 @@ built on any Hugging Face causal LM, with the models a flag can name.
     gpt2.py             GPT-2's forward over the real tokens only, and its KV cache
     lm_head.py          the LM head's kernels: the sampling step and chunked log-probs
     model.py            `Policy` and `RewardModel` with the original's semantics; saving and loading them
+    interop.py          a saved directory as plain transformers and OpenRLHF read it: EOS pads, the reward's `score`
+    cards.py            the model card (README.md) of a saved directory: its run, how to load it, its deviations
     model_files.py      a model checked before it loads: its directory, its config
     tf_checkpoint.py    TensorFlow's V2 checkpoints, read without TensorFlow
     oai_checkpoints.py  OpenAI's released TensorFlow runs converted to our model directories

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lm_human_preference_details.language.cards import write_card
 from lm_human_preference_details.language.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
+from lm_human_preference_details.language.interop import plain_pad_id, reward_score, save_plain_lm, save_plain_tokenizer
 from lm_human_preference_details.language.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.language.model_files import check_model_files, is_local_model
 from lm_human_preference_details.language.tokenizer import load_tokenizer
@@ -57,14 +59,18 @@ def disable_dropout(module: nn.Module) -> nn.Module:
     return module.eval()
 
 
-def load_lm(name_or_path: str, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """`AutoModelForCausalLM.from_pretrained(name_or_path)` with dropout off, or a one-line UserError."""
+def load_lm(name_or_path: str, dtype: torch.dtype = torch.float32, quiet: bool = False) -> nn.Module:
+    """`AutoModelForCausalLM.from_pretrained(name_or_path)` with dropout off, or a one-line UserError; ``quiet``: no
+    load report (a saved reward model's `score.weight` is there for other code, not unexpected)."""
     # transformers takes seconds to import: a flag's error line never waits for it
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bars are the ones that matter
+    verbosity = hf_logging.get_verbosity()
     try:
+        if quiet:
+            hf_logging.set_verbosity_error()
         lm = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except Exception as e:  # OSError, a safetensors or JSON error of a damaged file, an unknown architecture
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -72,6 +78,8 @@ def load_lm(name_or_path: str, dtype: torch.dtype = torch.float32) -> nn.Module:
             raise UserError(f"cannot load the model directory {name_or_path} ({reason}); save or copy it again") from None
         raise UserError(f"cannot load model '{name_or_path}' ({reason}); when offline, set HF_HUB_OFFLINE=1 to use "
                         "the Hugging Face cache or pass --base-model DIR, a local model directory") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return disable_dropout(lm)
 
 
@@ -260,22 +268,37 @@ class Policy(LMWithHead):
 
 
 # ---------------------------------------------------------------------------------------------
-# Saved models: the LM in Hugging Face format (loadable by AutoModelForCausalLM) + the tokenizer +
-# the scalar head (and the reward model's gain and bias) + the hparams used.
-HEAD_FILE = "head.pt"
+# Saved models: the LM in Hugging Face format (loadable by AutoModelForCausalLM, a reward model also by
+# AutoModelForSequenceClassification: interop.py) + the tokenizer + the scalar head (and the reward model's gain and
+# bias) + the hparams used + the model card.
+HEAD_FILE = "head.safetensors"
+OLD_HEAD_FILE = "head.pt"  # a pickle: directories saved before safetensors still load
 HPARAMS_FILE = "hparams.json"
 
 
-def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True) -> None:
-    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included);
-    ``replace=False``: a cache entry, kept if a concurrent writer published it first (files.atomic_path)."""
+def head_file(path: str | Path) -> Path | None:
+    """The head file of a saved model directory (safetensors, else an older directory's head.pt), or None."""
+    return next((Path(path) / f for f in (HEAD_FILE, OLD_HEAD_FILE) if (Path(path) / f).is_file()), None)
+
+
+def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True, *,
+                   metrics: dict | None = None, tracked: str | None = None) -> None:
+    """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included),
+    with its card (``metrics``: the run's last logged values, ``tracked``: its W&B URL); ``replace=False``: a cache
+    entry, kept if a concurrent writer published it first (files.atomic_path)."""
+    from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
+
+    kind = "reward" if isinstance(model, RewardModel) else "policy"
+    score = reward_score(model.head, model.gain, model.bias) if kind == "reward" else None
     try:
         with atomic_path(path, is_dir=True, replace=replace) as tmp:
-            model.lm.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            head = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("lm.")}
-            torch.save(head, tmp / HEAD_FILE)
+            # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
+            save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)
+            save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0], kind)
+            head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
+            save_file(head, tmp / HEAD_FILE, metadata={"format": "pt"})
             (tmp / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
+            write_card(tmp, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
     except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
         raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
 
@@ -301,11 +324,20 @@ def check_saved_model(path: str | Path, kind: str, flag: str = "") -> dict:
     saved = "policy" if "ppo" in hparams else "reward" if "labels" in hparams else None
     if saved not in (None, kind):
         raise UserError(f"{name} is a saved {saved} model ({SAVED_BY[saved][0]}), not a {kind} model; {advice}")
-    missing = [f for f in ("config.json", HEAD_FILE, HPARAMS_FILE) if not (path / f).is_file()]
+    missing = [f for f in ("config.json", HPARAMS_FILE) if not (path / f).is_file()] + ([] if head_file(path) else [HEAD_FILE])
     if missing:
         raise UserError(f"{name} is not a saved {kind} model directory (missing {', '.join(missing)}); {advice}")
     check_model_files(path, flag, f"copy the whole directory {script} saved again, or run {script} again")
     return hparams
+
+
+def read_head(path: Path) -> dict[str, torch.Tensor]:
+    """The head tensors of a head.safetensors, or of an older directory's head.pt (read with weights_only)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file  # with transformers: a flag's error line never waits for it
+
+        return load_file(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_model_dir(path: str | Path, kind: str, device: str | torch.device = "cpu",
@@ -317,12 +349,12 @@ def load_model_dir(path: str | Path, kind: str, device: str | torch.device = "cp
     path = Path(path)
     hparams = check_saved_model(path, kind)
     try:
-        head = torch.load(path / HEAD_FILE, map_location="cpu", weights_only=True)
+        head = read_head(head_file(path))
         if kind == "reward" and isinstance(head, dict) and "head.weight" in head and "gain" not in head:
             raise UserError(f"{path} is a saved policy model (its head has no reward gain and bias), not a reward model; "
                             f"pass the {SAVED_BY[kind][1]}/ directory that {SAVED_BY[kind][0]} saved")
         tokenizer = load_tokenizer(str(path))
-        lm = load_lm(str(path))
+        lm = load_lm(str(path), quiet=True)
         model = RewardModel(lm, tokenizer.pad_token_id) if kind == "reward" else Policy(lm, tokenizer.pad_token_id, **kwargs)
         missing_keys, unexpected = model.load_state_dict(head, strict=False)
         if unexpected or any(not k.startswith("lm.") for k in missing_keys):

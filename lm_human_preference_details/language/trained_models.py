@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from lm_human_preference_details.language.model import Policy, load_lm, load_model_dir
+from lm_human_preference_details.language.model import Policy, head_file, load_lm, load_model_dir
 from lm_human_preference_details.language.model_files import (
     base_model_config,
     check_lm_config,
@@ -58,7 +58,7 @@ def check_policy_path(flag: str, source: str, default_of: str | None, positions:
 def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Policy, str]:
     """A saved policy directory, oai:NAME, an OAI TF policy directory or a Hugging Face LM -> (policy, base model)."""
     local = resolve_policy(path)
-    if (Path(local) / "head.pt").is_file():  # one of our saved directories (or a converted OAI policy)
+    if head_file(local):  # one of our saved directories (or a converted OAI policy)
         policy, policy_tokenizer, hparams = load_model_dir(local, "policy", device, temperature=temperature)
         base = hparams.get("base_model") or ("gpt2" if "converted_from" in hparams else local)  # OAI: GPT-2 124M
     else:  # a plain causal LM: the initial policy of a run (value head 0, FIDELITY B3 head init)

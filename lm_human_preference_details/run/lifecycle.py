@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NoReturn, Optiona
 import torch
 from torch import nn
 
+from lm_human_preference_details.language.cards import last_metrics
 from lm_human_preference_details.language.model import save_model_dir
 from lm_human_preference_details.run.checkpoint import (
     checkpoint_dir,
@@ -42,6 +43,15 @@ from lm_human_preference_details.run.signals import StopSignals, agree_after_upd
 from lm_human_preference_details.run.tracking import Tracker, WandbLayout
 from lm_human_preference_details.utils.errors import Stopped
 from lm_human_preference_details.utils.progress import passed, progress, write_above_progress
+
+
+def card_facts(run_dir: Path, tracker: Tracker | None) -> dict:
+    """What a saved model's card tells of its run: the last value of each logged metric, and the W&B run's URL."""
+    if tracker is not None:
+        tracker.flush()
+    wandb_run = getattr(tracker, "wandb", None) if tracker is not None else None
+    online = wandb_run is not None and not getattr(wandb_run, "offline", False)  # an offline run has no URL (W&B warns)
+    return {"metrics": last_metrics(run_dir / "metrics.jsonl"), "tracked": wandb_run.url if online else None}
 
 
 class RunSaves:
@@ -85,9 +95,11 @@ class RunSaves:
             return checkpoint_dir(self.dir, done)
         tracker.flush()  # every row logged before this checkpoint is on disk before it is
 
+        card = card_facts(self.dir, tracker)  # read now: the write runs in a thread while the next rows are logged
+
         def write_models(copies: Mapping[str, nn.Module]) -> None:
             for name, model in copies.items():
-                save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done})
+                save_model_dir(self.dir / name, model, self.tokenizer, {**self.config, "update": done}, **card)
             if self.kind.curves:
                 draw_curves(self.dir)  # RUN/curves.png up to this checkpoint (and at the end: the last save)
 
@@ -105,7 +117,8 @@ class RunSaves:
                 self.saver.wait()
         return path
 
-    def save_model(self, name: str, model: nn.Module, hparams: dict, failure: Exception | None = None) -> Path:
+    def save_model(self, name: str, model: nn.Module, hparams: dict, failure: Exception | None = None,
+                   tracker: Tracker | None = None) -> Path:
         """Write the finished model as RUN/NAME (Hugging Face directory, head, hparams) on process 0, atomically;
         every process waits until it is there. ``failure``: a tracker write that failed since the last update (process
         0's): every process stops here instead, and nothing is written."""
@@ -115,7 +128,7 @@ class RunSaves:
                 raise failure
             if self.ranks.is_main:
                 with save_errors(self.dir, path):
-                    save_model_dir(path, model, self.tokenizer, hparams)
+                    save_model_dir(path, model, self.tokenizer, hparams, **card_facts(self.dir, tracker))
         return path
 
 
@@ -246,7 +259,7 @@ class Run:
     def save_model(self, name: str, model: nn.Module, hparams: dict) -> Path:
         """Write the finished model as RUN/NAME on process 0 (`RunSaves.save_model`); every process waits for it. A
         tracker write that failed after the loop (held-out results, normalisation) ends every process here instead."""
-        return self.saves.save_model(name, model, hparams, failure=self._failure)
+        return self.saves.save_model(name, model, hparams, failure=self._failure, tracker=self.tracker)
 
     def log(self, stats: Mapping[str, float], step: int) -> None:
         """Log a row of metrics at ``step`` and show the chosen ones on the progress bar; a write that fails (process

@@ -119,7 +119,7 @@ def bad_inputs(assets, tmp_path_factory):
     shutil.copytree(d / "reward_model", d / "reward-no-weights")
     (d / "reward-no-weights" / "model.safetensors").unlink()
     shutil.copytree(d / "reward_model", d / "reward-corrupt")
-    (d / "reward-corrupt" / "head.pt").write_bytes(b"not a checkpoint")
+    (d / "reward-corrupt" / "head.safetensors").write_bytes(b"not a checkpoint")
     shutil.copytree(d / "reward_model", d / "reward-foreign")
     foreign = load_tokenizer(str(d / "reward-foreign"))
     foreign.add_tokens(["<extra>"])
@@ -306,6 +306,51 @@ def test_policy_is_saved_and_reloads(policy_run, assets):
     assert torch.count_nonzero(policy.head.weight) > 0  # the value head trained from its zero init
     assert not list(out.glob(".policy.*"))  # no temporary directories left behind
 
+
+
+def test_what_the_runs_saved_works_with_plain_transformers_openrlhf_and_datasets(policy_run, reward_run, assets, tmp_path):
+    """The policy and reward model these runs saved, read with plain transformers only: greedy generation on a padded
+    batch equals each prompt alone and our policy's argmax; the text-generation pipeline runs; the reward model as
+    AutoModelForSequenceClassification scores 16 query-response pairs as ours up to its stated offset, and its OpenRLHF
+    export as ours after OpenRLHF's normalisation; every saved directory has a card; the labels load as a dataset."""
+    import datasets
+    from helpers.plain_hf import PROMPTS, greedy_batch_and_alone, openrlhf_rewards, our_argmax, plain_pairs
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForSequenceClassification, pipeline
+
+    from lm_human_preference_details import export
+    from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.language.model import load_model_dir
+
+    out, _ = policy_run
+    together, alone = greedy_batch_and_alone(out / "policy", PROMPTS, new_tokens=8)
+    policy, tokenizer, _ = load_model_dir(out / "policy", "policy", temperature=0.7)
+    assert together == alone == our_argmax(policy, tokenizer, PROMPTS, new_tokens=8)
+    generated = pipeline("text-generation", model=str(out / "policy"))(PROMPTS, max_new_tokens=4, do_sample=False)
+    assert len(generated) == len(PROMPTS)
+
+    records = json.loads((assets / "labels.json").read_text())[:16]
+    pad = tokenizer.pad_token_id
+    tokens = torch.tensor([[pad if t == OAI_PAD else t for t in r["query"] + r["sample0"]] for r in records])  # [16, 88]
+    reward_model, _, _ = load_model_dir(reward_run / "reward_model", "reward")
+    classifier = AutoModelForSequenceClassification.from_pretrained(reward_run / "reward_model")
+    ids, mask = plain_pairs(tokens, pad, classifier.config.pad_token_id)
+    with torch.no_grad():
+        ours = reward_model(tokens)  # [16]
+        theirs = classifier(input_ids=ids, attention_mask=mask).logits[:, 0] + classifier.config.reward_offset
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+    export.main(["openrlhf", str(reward_run / "reward_model"), str(tmp_path / "openrlhf")])
+    torch.testing.assert_close(openrlhf_rewards(tmp_path / "openrlhf", ids, mask), ours, rtol=1e-5, atol=1e-5)
+
+    for saved in (out / "policy", reward_run / "reward_model", tmp_path / "openrlhf"):
+        assert ModelCard.load(saved / "README.md").data.library_name == "transformers"
+    last = metrics(out)[-1]["ppo/objective/score"]
+    assert f"| ppo/objective/score | {last:.6g} |" in ModelCard.load(out / "policy" / "README.md").text  # final metrics
+    (tmp_path / "labels.json").write_text(json.dumps(records))  # the 16 labels scored above
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "labels")])
+    pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "labels" / "pairs.parquet"), split="train")
+    assert len(pairs) == 3 * 16  # three pairs per best-of-4 label
+    assert {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
 
 POLICY_CASES = [
     pytest.param(["--ppo.batch-size", 0], "--ppo.batch-size is 0", id="ppo-batch-size-0"),

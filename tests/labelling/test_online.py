@@ -216,7 +216,7 @@ def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chai
         assert left[at] == state, f"the kill at {at!r} left {left[at]}"
     assert (run_dir / "online" / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
     assert metrics(run_dir) == metrics(online_run)
-    for name in ("model.safetensors", "head.pt"):  # the policy's weights, its value head
+    for name in ("model.safetensors", "head.safetensors"):  # the policy's weights, its value head
         assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
 
 

@@ -66,3 +66,24 @@ def test_the_first_optimizer_step_after_a_save_waits_for_its_copy(tmp_path, monk
     finally:
         run.__exit__(None, None, None)
     assert calls == ["waited", "stepped"]
+
+
+def test_a_saved_models_card_gets_the_runs_last_metrics_and_its_wandb_url(tmp_path):
+    """What `card_facts` hands to a model's card: metrics.jsonl's last value of each metric, flushed first, and the W&B
+    run's URL (none without --track)."""
+    import types
+
+    from lm_human_preference_details.run.lifecycle import card_facts
+
+    run, _, _ = started(tmp_path / "run")
+    try:
+        run.log({"ppo/objective/score": 1.0, "ppo/objective/kl": 2.0}, step=0)
+        run.log({"ppo/objective/score": 3.0}, step=1)
+        assert card_facts(run.dir, run.tracker) == {"metrics": {"ppo/objective/score": 3.0, "ppo/objective/kl": 2.0},
+                                                    "tracked": None}
+        tracked = types.SimpleNamespace(flush=lambda: None, wandb=types.SimpleNamespace(url="https://wandb.ai/x/y/runs/z"))
+        assert card_facts(run.dir, tracked)["tracked"] == "https://wandb.ai/x/y/runs/z"
+        tracked.wandb.offline = True  # WANDB_MODE=offline: no URL, and W&B's warning not asked for
+        assert card_facts(run.dir, tracked)["tracked"] is None
+    finally:
+        run.__exit__(None, None, None)

@@ -1,0 +1,114 @@
+"""The model card (README.md, a `huggingface_hub.ModelCard`) of a saved model directory: base model, task, data and
+labels, the run's hyperparameters and final metrics, its W&B run, how to load it, the deviations that applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from lm_human_preference_details.language.interop import REWARD_OFFSET
+from lm_human_preference_details.language.model_files import is_local_model
+
+CARD_FILE = "README.md"
+PAPER = "https://arxiv.org/abs/1909.08593"
+
+
+def deviations(hparams: dict) -> list[str]:
+    """The README's differences from the original that applied to the run these ``hparams`` describe."""
+    rows = []
+    if hparams.get("num_ranks"):
+        rows.append(f"the original's {hparams['num_ranks']} MPI ranks emulated, each with its own seed, queries and noise")
+    if hparams.get("bf16"):
+        rows.append("--bf16: bfloat16 autocast for the transformer's forward passes (the heads in fp32)")
+    if hparams.get("tf32") and hparams.get("device") not in ("cpu", None):
+        rows.append("TF32 matmuls on a CUDA device of Ampere or later (--no-tf32 for fp32)")
+    task = hparams.get("task") or {}
+    if any(word in str(task.get("query_dataset", "")) for word in ("bookcorpus", "tldr")):
+        rows.append(f"queries from {task['query_dataset']}, the public baseline's source (OpenAI's book_passages are lost)")
+    if "results" in hparams or "labels" in hparams:
+        rows.append("held-out accuracy logged (train_reward/eval/accuracy): an extra metric, no effect on training")
+    return rows
+
+
+def _fenced(value) -> str:
+    return "```json\n" + json.dumps(value, indent=2, default=str) + "\n```"
+
+
+def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = None, tracked: str | None = None,
+               reward_offset: float | None = None) -> None:
+    """Write ``path``/README.md for a saved ``kind`` ('policy' or 'reward') model trained with ``hparams``; ``metrics``:
+    the run's last logged values; ``tracked``: its W&B run URL; ``reward_offset``: the reward model's constant."""
+    base = hparams.get("base_model")
+    task = hparams.get("task") or {}
+    labels = hparams.get("labels") or (((hparams.get("rewards") or {}).get("train_new_model") or {}).get("labels"))
+    data = ModelCardData(
+        base_model=base if isinstance(base, str) and not is_local_model(base) else None,  # the Hub takes model names only
+        library_name="transformers", license="mit",
+        pipeline_tag="text-generation" if kind == "policy" else "text-classification",
+        tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
+    )
+    what = ("A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels" if kind == "policy"
+            else "A GPT-2 reward model trained on best-of-4 labels (one softmax over the four samples' rewards)")
+    lines = [f"# {hparams.get('task_name') or 'lm-human-preferences'}: {kind}", "",
+             f"{what}, as in Ziegler et al., [Fine-Tuning Language Models from Human Preferences]({PAPER}), "
+             "reproduced in PyTorch by lm-human-preference-details from "
+             "[openai/lm-human-preferences](https://github.com/openai/lm-human-preferences).", "",
+             f"- base model: `{base}`" if base else "- base model: unknown",
+             f"- task: `{hparams.get('task_name') or 'unknown'}`, queries `{task.get('query_dataset', 'unknown')}`, "
+             f"{task.get('query_length', '?')} query tokens, {task.get('response_length', '?')} response tokens"]
+    if labels:
+        lines.append(f"- labels: `{labels.get('source')}` ({labels.get('type', 'best_of_4')}, {labels.get('num_train')} "
+                     "used for training)")
+    trained_model = (hparams.get("rewards") or {}).get("trained_model")
+    if trained_model:
+        lines.append(f"- reward model: `{trained_model}`")
+    if "update" in hparams:
+        lines.append(f"- saved after update {hparams['update']}")
+    if tracked:
+        lines.append(f"- W&B run: {tracked}")
+    lines += ["", "## How to load it", "", "```python"]
+    if kind == "policy":
+        lines += ["from transformers import pipeline",
+                  "generate = pipeline('text-generation', model=PATH)  # pads with <|endoftext|> on the left",
+                  "print(generate('Once upon a time', max_new_tokens=24, do_sample=False))"]
+    else:
+        lines += ["from transformers import AutoModelForSequenceClassification, AutoTokenizer",
+                  "model = AutoModelForSequenceClassification.from_pretrained(PATH)  # num_labels 1, `score` has no bias",
+                  "tokenizer = AutoTokenizer.from_pretrained(PATH)",
+                  "batch = tokenizer([query + response], return_tensors='pt', padding=True)  # on the right",
+                  f"reward = model(**batch).logits[:, 0] + model.config.{REWARD_OFFSET}"]
+    lines += ["```", "", "This project's own code: `lm_human_preference_details.language.model.load_model_dir(PATH, "
+              f"'{kind}')` (the same weights with the original's pad semantics and the head's bias)."]
+    if kind == "reward":
+        lines += ["", f"**The score differs from this project's reward by a constant**: reward = logits[:, 0] + "
+                  f"`config.{REWARD_OFFSET}` = {reward_offset!r}. The head's bias and the reward's gain and bias "
+                  "have no place in a bias-free `score` Linear; `score.weight` is gain times the head's weight. Text "
+                  "that ends in "
+                  "`<|endoftext|>` (the pad of this directory) is scored at the token before it.",
+                  "", "OpenRLHF: `python -m lm_human_preference_details.export openrlhf PATH OUT` writes a copy whose "
+                  "config holds `mean` = -reward_offset and `std` = 1; with `--normalize_reward` it scores as ours."]
+    applied = deviations(hparams)
+    lines += ["", "## Deviations from the original that applied", ""]
+    lines += [f"- {d}" for d in applied] or ["- none of the README's table"]
+    results = hparams.get("results")
+    shown = {**(results if isinstance(results, dict) else {}), **(metrics or {})}
+    if shown:
+        lines += ["", "## Final metrics", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(shown.items())]
+    lines += ["", "## Hyperparameters", "", _fenced({k: v for k, v in hparams.items() if k != "results"})]
+    ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n").save(path / CARD_FILE)
+
+
+def last_metrics(metrics_file: Path) -> dict[str, float]:
+    """The last logged value of every metric in a run's metrics.jsonl ({} if there is none)."""
+    last: dict[str, float] = {}
+    if metrics_file.is_file():
+        for line in metrics_file.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a row cut by a kill
+                continue
+            last.update({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))})
+    return last

@@ -1,0 +1,69 @@
+"""language/cards.py: every saved model directory has a card huggingface_hub reads, with what its run was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_model_dir, tiny_policy, tmp_path_factory):
+    """The tiny policy and an untrained reward model saved with hparams, metrics and a W&B URL."""
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+
+    out = tmp_path_factory.mktemp("cards")
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    policy_hparams = {"task_name": "sentiment", "base_model": "gpt2", "bf16": True, "num_ranks": 8, "update": 3,
+                      "task": {"query_dataset": "bookcorpus", "query_length": 64, "response_length": 24},
+                      "rewards": {"trained_model": "RUN/reward_model"}, "ppo": {"lr": 1e-5}}
+    save_model_dir(out / "policy", tiny_policy, tokenizer, policy_hparams, metrics={"ppo/objective/score": 1.85},
+                   tracked="https://wandb.ai/me/lm-human-preferences/runs/abc")
+    reward_hparams = {"base_model": str(tiny_model_dir), "labels": {"source": "labels.json", "num_train": 64},
+                      "task": {}, "results": {"train_reward/eval/accuracy": 0.5}}
+    save_model_dir(out / "reward_model", RewardModel(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id), tokenizer,
+                   reward_hparams)
+    return out
+
+
+def test_policy_card_reads_back_with_its_run(saved):
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(saved / "policy" / "README.md")
+    assert card.data.base_model == "gpt2" and card.data.pipeline_tag == "text-generation"
+    assert "ppo" in card.data.tags and card.data.library_name == "transformers"
+    text = card.text
+    for fact in ("`sentiment`", "`bookcorpus`", "64 query tokens", "saved after update 3", "RUN/reward_model",
+                 "https://wandb.ai/me/lm-human-preferences/runs/abc", "| ppo/objective/score | 1.85 |", "--bf16",
+                 "8 MPI ranks emulated", "bookcorpus, the public baseline's source", "pipeline('text-generation'"):
+        assert fact in text, fact
+    assert json.loads(text.split("```json\n")[1].split("\n```")[0])["ppo"] == {"lr": 1e-5}  # the hyperparameters
+
+
+def test_reward_card_states_the_offset_and_the_labels(saved):
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(saved / "reward_model" / "README.md")
+    assert card.data.base_model is None  # a local path is no Hub model name
+    offset = json.loads((saved / "reward_model" / "config.json").read_text())["reward_offset"]
+    for fact in (f"`config.reward_offset` = {offset!r}", "AutoModelForSequenceClassification", "`labels.json`",
+                 "64 used for training", "| train_reward/eval/accuracy | 0.5 |", "held-out accuracy logged"):
+        assert fact in card.text, fact
+
+
+def test_deviations_follow_the_flags():
+    from lm_human_preference_details.language.cards import deviations
+
+    assert deviations({}) == []
+    assert deviations({"tf32": True, "device": "cpu"}) == []  # no TF32 on a CPU
+    assert len(deviations({"tf32": True, "device": "cuda", "bf16": True})) == 2
+
+
+def test_last_metrics_keeps_each_metrics_last_value(tmp_path):
+    from lm_human_preference_details.language.cards import last_metrics
+
+    rows = [{"step": 0, "a": 1.0, "b": 2.0}, {"step": 1, "a": 3.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 2, "a"')
+    assert last_metrics(tmp_path / "metrics.jsonl") == {"a": 3.0, "b": 2.0}
+    assert last_metrics(tmp_path / "none.jsonl") == {}

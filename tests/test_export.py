@@ -1,0 +1,67 @@
+"""export.py: a label file as a Hugging Face dataset (three prompt/chosen/rejected pairs per best-of-4 label, and the
+labels as they are), and a reward model in OpenRLHF's format that scores as ours after OpenRLHF's normalisation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers.errors import assert_one_error_line
+from helpers.plain_hf import openrlhf_rewards, plain_pairs
+from helpers.processes import refused_in_process
+
+LABELS = [{"query": [464, 7850, 50259], "sample0": [13, 50259], "sample1": [290, 13], "sample2": [257, 50259],
+           "sample3": [262, 1110], "best": 1},
+          {"query": [32, 3797, 318], "sample0": [1110, 13], "sample1": [13, 13], "sample2": [262, 50259],
+           "sample3": [290, 50259], "best": 3}]
+
+
+def test_labels_become_three_pairs_per_label_and_the_best_of_4_schema(tmp_path, tokenizer):
+    import datasets
+
+    from lm_human_preference_details import export
+
+    (tmp_path / "labels.json").write_text(json.dumps(LABELS))
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "out")])
+    # the folder with its card's configurations; a cache of its own: datasets caches a folder by its name
+    pairs = datasets.load_dataset(str(tmp_path / "out"), "pairs", split="train", cache_dir=str(tmp_path / "cache"))
+    text = tokenizer.decode
+    assert pairs.to_list()[:3] == [  # label 0: sample 1 against samples 0, 2 and 3, pads 50259 left out
+        {"prompt": text([464, 7850]), "chosen": text([290, 13]), "rejected": text(rejected), "label": 0,
+         "chosen_sample": 1, "rejected_sample": j} for j, rejected in ((0, [13]), (2, [257]), (3, [262, 1110]))]
+    assert len(pairs) == 6 and [r["chosen"] for r in pairs.to_list()[3:]] == [text([290])] * 3
+    labels = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "best_of_4.parquet"), split="train")
+    assert labels["best"] == [1, 3] and labels["sample2_tokens"][1] == [262, 50259]  # the file's tokens as they are
+    assert labels["query"][0] == text([464, 7850])
+
+
+def test_a_bad_label_file_is_one_line(tmp_path):
+    (tmp_path / "labels.json").write_text(json.dumps([{**LABELS[0], "best": 4}]))
+    (tmp_path / "cwd").mkdir()
+    result = refused_in_process("lm_human_preference_details.export", ["labels", tmp_path / "labels.json",
+                                                                         tmp_path / "out"], tmp_path / "cwd")
+    assert_one_error_line(result, "field 'best' must be an int in 0..3, got 4", out=tmp_path / "out", cwd=tmp_path / "cwd")
+
+
+def test_openrlhf_export_scores_as_ours_after_its_normalisation(tiny_model_dir, tmp_path):
+    from lm_human_preference_details import export
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    torch.manual_seed(0)
+    reward_model = RewardModel(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id)
+    with torch.no_grad():
+        reward_model.head.bias.fill_(-0.5), reward_model.gain.fill_(0.8), reward_model.bias.fill_(2.0)
+    save_model_dir(tmp_path / "reward_model", reward_model, tokenizer, {"labels": {}})
+    export.main(["openrlhf", str(tmp_path / "reward_model"), str(tmp_path / "openrlhf")])
+    config = json.loads((tmp_path / "openrlhf" / "config.json").read_text())
+    assert config["normalize_reward"] and config["std"] == 1.0 and config["value_head_prefix"] == "score"
+    assert config["mean"] == pytest.approx(-(0.8 * -0.5 + 2.0))
+    tokens = torch.randint(0, 50000, (5, 10))
+    tokens[0, 7:] = tokenizer.pad_token_id
+    ids, mask = plain_pairs(tokens, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    with torch.no_grad():
+        ours = reward_model(tokens)
+    torch.testing.assert_close(openrlhf_rewards(tmp_path / "openrlhf", ids, mask), ours, rtol=1e-5, atol=1e-5)
