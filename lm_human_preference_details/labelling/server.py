@@ -160,20 +160,22 @@ class LabelServer(http.server.ThreadingHTTPServer):
         self.session = None  # what the page labels: set before the server serves
 
     def serves(self, host_header: Optional[str]) -> bool:
-        """Whether a request's Host names this server: its port, and an IP address (never what a rebinding page
-        has: a name), localhost, --host or this machine's name."""
+        """Whether a request's Host names this server: an IP address (never what a rebinding page has: a name),
+        localhost, --host or this machine's name, at its port; a loopback name at any port, as `ssh -L PORT:...`
+        forwards a laptop's own port to the page."""
         try:
             url = urlsplit(f"//{host_header}")
             name, port = url.hostname, url.port or 80
         except ValueError:
             return False
-        if not host_header or name is None or port != self.server_address[1]:
+        if not host_header or name is None:
             return False
         try:
-            ipaddress.ip_address(name)
-            return True
+            ip, known = ipaddress.ip_address(name), True
         except ValueError:
-            return name in self.names
+            ip, known = None, name in self.names
+        loopback = name == "localhost" or (ip is not None and ip.is_loopback)
+        return known and (port == self.server_address[1] or loopback)
 
     def handle_error(self, request, client_address) -> None:
         """A request that failed in a way no answer covers (the connection dropped): one line, never a traceback."""

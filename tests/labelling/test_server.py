@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -51,7 +52,7 @@ def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
                    call(url, "/api/label", body, evil)[0],
                    call(url, "/api/label", body, {"Origin": "http://evil.example"})[0],
                    call(url, "/api/label", body, {"Origin": ""})[0],
-                   call(url, "/api/label", body, {"Host": "127.0.0.1:1", "Origin": "http://127.0.0.1:1"})[0],
+                   call(url, "/api/label", body, {"Host": "10.1.2.3:1", "Origin": "http://10.1.2.3:1"})[0],
                    call(url, "/api/label", body, {"X-Lmhp-Label": "0"})[0]]
         page = http.client.HTTPConnection("127.0.0.1", int(port), timeout=60)
         page.request("GET", "/", headers={"Host": evil["Host"]})
@@ -117,13 +118,14 @@ def test_a_request_the_server_cannot_answer_is_one_line_not_a_traceback(tmp_path
     assert err.count("\n") == 1 and "(RuntimeError: planted)" in err and "Traceback" not in err
 
 
-def test_a_host_header_is_served_only_with_this_servers_port_and_an_address_or_name_of_it():
+def test_a_host_header_is_served_with_an_address_or_name_of_it_at_its_port_or_a_loopback_name_at_any():
     server = LabelServer("127.0.0.1", 0)
     try:
         port = server.server_address[1]
         served = [f"127.0.0.1:{port}", f"10.1.2.3:{port}", f"[::1]:{port}", f"LOCALHOST:{port}",
-                  f"{socket.gethostname()}:{port}"]  # any address: a page that rebinds has a name, never an address
-        refused = [None, "", f"127.0.0.1:{port + 1}", "127.0.0.1",  # no port: 80
+                  f"{socket.gethostname()}:{port}",  # any address: a page that rebinds has a name, never an address
+                  f"127.0.0.1:{port + 1}", "localhost:9000", "127.0.0.1", f"[::1]:{port + 1}"]  # ssh -L: any port
+        refused = [None, "", f"10.1.2.3:{port + 1}", f"{socket.gethostname()}:{port + 1}", "10.1.2.3",  # no port: 80
                    f"evil.example:{port}", f"localhost.evil.example:{port}", "[::1", f"127.0.0.1:{port}:1"]
         assert [server.serves(host) for host in served] == [True] * len(served)
         assert [server.serves(host) for host in refused] == [False] * len(refused)
@@ -137,3 +139,52 @@ def test_the_start_says_who_can_open_the_page():
     for host in ("0.0.0.0", "192.168.1.5", "box.example"):
         assert who_can_reach(host) == (f"--host {host}: anyone who can reach this machine on that port can open it and "
                                        "label (no password); serve on 127.0.0.1 (the default) to keep it to this machine")
+
+
+def forward(port: int) -> tuple[int, threading.Event]:
+    """What `ssh -L LOCAL:127.0.0.1:PORT` does on a laptop, here: a local port whose connections are relayed to
+    ``port`` -> (the local port, an event that ends the relay)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    done = threading.Event()
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        with listener:
+            while not done.is_set():
+                try:
+                    client, _ = listener.accept()
+                except (TimeoutError, socket.timeout):
+                    continue
+                upstream = socket.create_connection(("127.0.0.1", port))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], done
+
+
+def test_the_page_works_through_a_forwarded_port_and_a_name_still_needs_its_own(tmp_path):
+    """Labelling on a laptop while a GPU box samples: the browser reaches the page at localhost:LOCAL through an ssh
+    tunnel, so its Host and Origin name the laptop's port; the page and its calls work. A rebound DNS name, or a
+    non-loopback address, at another port is still refused."""
+    session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
+    with serving(session) as url:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        local, done = forward(port)
+        try:
+            forwarded = f"http://localhost:{local}/"
+            status, state = call(forwarded, "/api/state?client=a")
+            assert status == 200 and state["item"]["index"] == 0
+            assert call(forwarded, "/api/label", {"client": "a", "item": 0, "best": 3})[0] == 200
+            for host in (f"evil.example:{local}", f"192.0.2.1:{local}"):
+                assert call(url, "/api/state?client=b", headers={"Host": host})[0] == 403
+        finally:
+            done.set()
+    assert [r["best"] for r in json.loads((tmp_path / "labels.json").read_text())] == [3]
