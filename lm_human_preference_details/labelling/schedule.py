@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 from lm_human_preference_details.labelling.labellers import check_can_serve, split_command
 from lm_human_preference_details.utils.checks import check_at_least
@@ -38,26 +38,23 @@ class OnlineHParams:
     """Online data collection (Ziegler et al. 2019, section 2.2); off unless --online.num-labels is set."""
 
     num_labels: int = 0
-    """N_r, the labels at the end of the run (paper, section 2.2: l(n) grows from N_r^0 = --rewards.train-new-model.
-    labels.num-train to N_r); 0: online collection off, the reward model trains once on the label file (offline)"""
+    """N_r, the labels at the end of the run; l(n) grows to it from N_r^0, --rewards.train-new-model.labels.num-train.
+    0: online collection off, the reward model trains once on the label file (paper, section 2.2)"""
     retrainings: int = 19
-    """times the reward model is trained again after its first training, at evenly spaced values of l(n) (paper,
-    section 2.2: 19)"""
+    """times the reward model is trained again after its first training, at evenly spaced values of l(n) (paper: 19)"""
     margin: int = 1000
-    """requests sent ahead of the labels PPO needs: new requests go out while requests < l(n) + margin (paper,
-    section 2.2: 1000; scale it with the task)"""
-    labeller: str = "gold"
-    """who labels the requests (paper, section 2.2: human labellers): gold (the offline task's gold scorer, its
-    best-of-4 pick) | command (--online.command, a program of yours) | page (the labelling page, served by the run
-    on --online.host and --online.port); docs/online.md"""
+    """requests sent ahead of the labels PPO needs: new requests go out while requests < l(n) + margin.
+    The paper's 1000; scale it with the task"""
+    labeller: Literal["gold", "command", "page"] = "gold"
+    """who labels the requests: gold, the offline task's gold scorer (its best-of-4 pick); command, a program of yours;
+    page, the labelling page served by the run (docs/online.md)"""
     command: Optional[str] = None
-    """the command labeller's program: one JSON request a line on its stdin, one answer a line on its stdout, `ID BEST`:
-    the request's id, then 0-3 or skip (docs/online.md)"""
+    """the command labeller's program: one JSON request a line on its stdin, one answer `ID BEST` a line on its stdout;
+    ID is the request's id, BEST is 0-3 or skip (docs/online.md)"""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
     host: str = "127.0.0.1"
-    """address the page labeller's page is served on; anything but a loopback address lets other machines label (the
-    label tool's --host)"""
+    """address the page labeller's page is served on (the label tool's --host); a non-loopback one lets others label"""
     port: int = 8765
     """TCP port of the page labeller's page (0: any free port; the label tool's --port)"""
 

@@ -46,8 +46,7 @@ def test_an_unknown_task_is_one_line_before_any_preset_is_built(monkeypatch):
     assert built == []
 
 
-# Every entry point's Args; labelling/online.py's OnlineHParams is being rewritten elsewhere: its fields join the
-# mid-sentence check once rewrapped (the test below fails when that exemption is no longer needed)
+# Every entry point's Args
 def entry_points() -> dict:
     import train_policy
     from lm_human_preference_details import label, sample
@@ -56,7 +55,7 @@ def entry_points() -> dict:
             label, "python -m lm_human_preference_details.sample": sample}
 
 
-PENDING = {"OnlineHParams"}
+PENDING: set[str] = set()
 
 
 def help_texts(cls: type, seen: set | None = None) -> dict[str, str]:

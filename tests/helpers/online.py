@@ -32,7 +32,9 @@ class FakeSampler:
 
 
 def online_args(*flags: str, task: str = "offline"):
+    """train_policy.py's Args for ``--task TASK FLAGS`` as the command line parses them (a parse error is one
+    UserError line), checked without reading the task's inputs."""
     import train_policy
+    from lm_human_preference_details.cli.parsing import parse_args
 
-    args = train_policy.build_args(task)
-    return train_policy.tyro.cli(train_policy.Args, default=args, args=list(flags)).finalize(check_inputs=False)
+    return parse_args(train_policy.build_args, "train_policy", ["--task", task, *flags]).finalize(check_inputs=False)

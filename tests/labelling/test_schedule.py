@@ -39,7 +39,7 @@ def test_trainings_happen_at_evenly_spaced_values_of_l_n():
 
 @pytest.mark.parametrize("flags, message", [
     (["--online.num-labels", "100"], "--online.num-labels"),  # fewer than N_r^0 (1536)
-    (["--online.num-labels", "2048", "--online.labeller", "human"], "--online.labeller 'human'"),
+    (["--online.num-labels", "2048", "--online.labeller", "human"], "invalid choice 'human' for argument '--online.labeller'"),
     (["--online.num-labels", "2048", "--online.margin", "-1"], "--online.margin"),
     (["--online.num-labels", "2048", "--rewards.trained-model", "x"], "--rewards.trained-model"),
     (["--online.num-labels", "2048", "--online.labeller", "command"], "needs --online.command"),
