@@ -413,13 +413,13 @@ def test_a_policy_whose_config_json_is_not_a_models_is_one_line(tiny_model_dir, 
     import shutil
 
     from lm_human_preference_details.language.trained_models import check_policy_path
-    from lm_human_preference_details.tasks import TaskHParams
+    from lm_human_preference_details.tasks import TaskHParams, positions_needed
 
     policy = tmp_path / "policy"
     shutil.copytree(tiny_model_dir, policy)
     (policy / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match=re.escape(message)) as error:
-        check_policy_path("--policy", str(policy), None, TaskHParams(query_length=8, response_length=8))
+        check_policy_path("--policy", str(policy), None, positions_needed(TaskHParams(query_length=8, response_length=8)))
     assert "\n" not in str(error.value) and f"--policy {policy}" in str(error.value)
 
 
