@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from lm_human_preference_details.labelling.labellers import check_can_serve, split_command
 from lm_human_preference_details.utils.checks import check_at_least
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.torchrun import torchrun_world
 
-LABELLERS = ("gold", "command", "page")
+Labeller = Literal["gold", "command", "page"]  # who labels: --online.labeller
+LABELLERS = get_args(Labeller)
 
 
 MAX_TIMEOUT_S = 7 * 24 * 3600  # --online.timeout's bound
@@ -45,7 +46,7 @@ class OnlineHParams:
     margin: int = 1000
     """requests sent ahead of the labels PPO needs: new requests go out while requests < l(n) + margin.
     The paper's 1000; scale it with the task"""
-    labeller: Literal["gold", "command", "page"] = "gold"
+    labeller: Labeller = "gold"
     """who labels the requests: gold, the offline task's gold scorer (its best-of-4 pick); command, a program of yours;
     page, the labelling page served by the run (docs/online.md)"""
     command: Optional[str] = None

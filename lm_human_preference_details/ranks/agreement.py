@@ -11,7 +11,7 @@ from typing import Iterator
 
 import torch.distributed as dist
 
-from lm_human_preference_details.utils.errors import JobFailed, UserError, error_line
+from lm_human_preference_details.utils.errors import JobFailed, error_line
 
 
 class AgreeOnFailures:
@@ -40,7 +40,7 @@ class AgreeOnFailures:
         line = lines[first] if first == 0 else f"{lines[first]} (process {first})"
         if self.is_main:
             print(line, file=sys.stderr, flush=True)  # before any shutdown step: the job's one line
-        code = getattr(error, "exit_code", 2 if isinstance(error, UserError) else 1) if error is not None else 1
+        code = getattr(error, "exit_code", 1) if error is not None else 1  # a UserError's 2, a stop's 128 + signal
         raise JobFailed(line, code) from None
 
     @contextlib.contextmanager
