@@ -93,9 +93,9 @@ class RunSaves:
         state = training_state(done, self.objects, config=self.identity, tracker=tracker.state_dict(), elapsed=elapsed)
         if not self.ranks.is_main:
             return checkpoint_dir(self.dir, done)
-        tracker.flush()  # every row logged before this checkpoint is on disk before it is
-
-        card = card_facts(self.dir, tracker)  # read now: the write runs in a thread while the next rows are logged
+        # flushes the tracker (every row logged before this checkpoint is on disk before it is), then reads the card's
+        # facts now: the write runs in a thread while the next rows are logged
+        card = card_facts(self.dir, tracker)
 
         def write_models(copies: Mapping[str, nn.Module]) -> None:
             for name, model in copies.items():
