@@ -6,6 +6,7 @@ test starts by this folder's sitecustomize.py (on their PYTHONPATH: helpers.even
 import os
 import signal
 import sys
+import time
 
 EVENTS = "LMHP_TEST_EVENTS"
 PASSED = "lm_human_preference_details.passed"
@@ -16,6 +17,9 @@ def _hook(name: str, args: tuple) -> None:
         with open(path, "a") as f:
             f.write(args[0] + "\n")
         os.kill(os.getpid(), signal.SIGSTOP)
+        # a signal the test sent while the process stood still may be delivered to another thread as it goes on, which
+        # only flags it for the main thread: a moment's sleep lets the main thread run its handler before the run reads it
+        time.sleep(0.05)
 
 
 if not getattr(sys, "_lmhp_events_hooked", False):  # an audit hook cannot be removed: add it once per process
