@@ -1,5 +1,5 @@
-"""The online run's label file, RUN/online/labels.json: OpenAI's best-of-4 schema, rewritten whole after each batch of
-answers, checked against the checkpoint and the answers on resume."""
+"""The online run's label file, RUN/online/labels.json: OpenAI's best-of-4 schema, one record a line, grown by appending
+(the cost of a label does not grow with the file), checked against the checkpoint and the answers on resume."""
 
 from __future__ import annotations
 
@@ -16,16 +16,42 @@ from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import atomic_path
 
 BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
+OPEN, CLOSE = b"[", b"\n]\n"  # the file: OPEN, each record on a line of its own (after "\n", then ",\n"), CLOSE
+
+
+def layout(records: list[dict]) -> bytes:
+    """The file's bytes for ``records``: a JSON list, one record a line, so that records are added at the end by
+    rewriting only the closing bracket."""
+    return OPEN + b"".join((b",\n" if i else b"\n") + json.dumps(r).encode() for i, r in enumerate(records)) + CLOSE
+
+
+def line_ends(records: list[dict]) -> list[int]:
+    """The byte offset where each record's line ends (before its "," or the closing "\n]") in ``layout(records)``."""
+    ends, at = [], len(OPEN)
+    for i, record in enumerate(records):
+        at += (2 if i else 1) + len(json.dumps(record).encode())
+        ends.append(at)
+    return ends
 
 
 class OnlineLabelFile:
     """The run's labels, RUN/online/labels.json: a JSON list in OpenAI's best-of-4 schema (pads 50259) with the policy
-    update that sampled each; rewritten whole and atomically after each batch, so a kill never leaves half a record,
-    and read by train_reward.py's --labels.source as it is."""
+    update that sampled each, read by train_reward.py's --labels.source as it is.
+
+    One record a line: a batch of answers is added by writing over the closing bracket (",\\n" + the records + "\\n]\\n")
+    and an fsync, so a label costs the same at the 60,000th record as at the first; a kill in that write leaves a file
+    whose last line is cut, which the next start cuts back to its last whole record (the answers' record keeps every
+    answer, and a resume makes the records past its checkpoint again)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.records: list[dict] = read_journal(path)
+        self.records: list[dict] = []
+        self.ends: list[int] = []  # byte offset of the end of each record's line (before its ",")
+        data = read_journal(path)
+        if data is not None:
+            self.records, self.ends, whole = parse_layout(path, data)
+            if not whole:  # an older run's single-line file, or a last write cut by a kill: laid out again
+                self._write_whole()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -37,19 +63,25 @@ class OnlineLabelFile:
     def keep(self, n: int) -> None:
         """Drop the records past the first ``n`` (a resumed run makes them again, the same ones)."""
         if len(self.records) > n:
-            self.records = self.records[:n]
-            self._write()
+            self.records, self.ends = self.records[:n], self.ends[:n]
+            self._write_at(self.ends[-1] if n else len(OPEN), b"")
 
     def add(self, answered: list[tuple[Request, Optional[int]]], pad_id: int) -> None:
-        """Requests and their answers (None: skipped, not kept), in the order given."""
+        """Requests and their answers (None: skipped, not kept), in the order given: appended."""
         to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
-        for request, best in answered:
-            if best is None:
-                continue
-            self.records.append({"query": to_oai(request.query),
-                                 **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
-                                 "best": best, "update": request.update})
-        self._write()
+        new = [{"query": to_oai(request.query), **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
+                "best": best, "update": request.update} for request, best in answered if best is not None]
+        if not new:
+            return
+        if not os.path.exists(self.path):
+            self._write_whole()
+        start = self.ends[-1] if self.ends else len(OPEN)  # where the closing "\n]\n" begins
+        lines = [(b",\n" if self.records or i else b"\n") + json.dumps(r).encode() for i, r in enumerate(new)]
+        self._write_at(start, b"".join(lines))
+        for line in lines:
+            start += len(line)
+            self.ends.append(start)
+        self.records.extend(new)
 
     def check_resumed(self, labels: int, digest: Optional[str], answers: AnswerRecord, pad_id: int) -> None:
         """On resume: the file holds the checkpoint's ``labels`` records as they were (``digest``), and each is an
@@ -67,28 +99,71 @@ class OnlineLabelFile:
                 raise UserError(f"{answers.path} has no answer for record {i} of {self.path.name}: it was cut "
                                 f"or changed since the checkpoint; {RECOVER}")
 
-    def _write(self) -> None:
+    def _write_at(self, start: int, body: bytes) -> None:
+        """Write ``body`` and the closing bracket at byte ``start``, cut the file there, fsync: the file is a whole
+        JSON list again (a kill in between leaves a last line cut short, which the next start cuts off)."""
+        with open(self.path, "r+b") as f:
+            f.seek(start)
+            f.write(body + CLOSE)
+            f.truncate()
+            os.fsync(f.fileno())
+
+    def _write_whole(self) -> None:
+        """The whole file, written atomically (a new file, or one laid out again)."""
+        data = layout(self.records)
         with atomic_path(self.path) as tmp:
-            tmp.write_text(json.dumps(self.records))
+            tmp.write_bytes(data)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+        self.ends = line_ends(self.records)
 
 
 RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
 
 
-def read_journal(path: Path) -> list[dict]:
-    """The journal's records (none when there is no journal), or a one-line UserError naming the file when it is not
-    the journal this run wrote: not a file, not JSON (cut), or not a list of best-of-4 records."""
+def read_journal(path: Path) -> Optional[bytes]:
+    """The journal's bytes (None when there is no journal), or a one-line UserError naming the file when it is not a
+    file."""
     if not os.path.lexists(path):
-        return []
+        return None
     if not path.is_file():
         raise UserError(f"{path} is not a file; it is the run's journal of labels: {RECOVER}")
+    return path.read_bytes()
+
+
+def parse_layout(path: Path, data: bytes) -> tuple[list[dict], list[int], bool]:
+    """The records of the file's bytes, the end of each record's line, and whether the file is laid out as this run
+    writes it; a last line cut by a kill in an append is dropped (the file is then not whole). A one-line UserError
+    naming the file when it is not the journal this run wrote: not JSON, or not a list of best-of-4 records."""
     try:
-        records = json.loads(path.read_bytes())
+        records = json.loads(data)
+        whole = not isinstance(records, list) or data == layout(records)
     except (ValueError, UnicodeDecodeError):
-        raise UserError(f"{path} is not JSON: it was cut or changed (the run writes it whole); {RECOVER}") from None
+        records, whole = cut_in_append(data), False
+        if records is None:
+            raise UserError(f"{path} is not JSON: it was cut or changed; {RECOVER}") from None
     if not isinstance(records, list) or not all(isinstance(r, dict) and is_int(r.get("best")) and 0 <= r["best"] < BEST_OF
                                                 for r in records):
         raise UserError(f"{path} is not a list of best-of-{BEST_OF} records: it was changed; {RECOVER}")
-    return records
+    return records, line_ends(records), whole
+
+
+def cut_in_append(data: bytes) -> Optional[list]:
+    """The whole records of a file whose last append was torn (a power cut between the write and its fsync): this
+    run's layout up to a last record line or closing bracket cut short; None for anything else. What is dropped is
+    past the last checkpoint (a resume checks the records it keeps against the checkpoint's hash), and the resumed run
+    makes it again from the answers' record."""
+    records = []
+    for line in data[len(OPEN):].split(b"\n")[1:]:
+        try:
+            record = json.loads(line.rstrip(b","))
+        except (ValueError, UnicodeDecodeError):
+            break
+        if not isinstance(record, dict):
+            break
+        records.append(record)
+    whole = layout(records)[:-len(CLOSE)]
+    tail = data[len(whole):]
+    sep = b",\n" if records else b"\n"  # what begins the next record's line
+    torn_line = (sep.startswith(tail) or tail.startswith(sep)) and b"\n" not in tail[len(sep):]
+    return records if data.startswith(whole) and (CLOSE.startswith(tail) or torn_line) else None

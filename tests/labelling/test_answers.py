@@ -302,8 +302,9 @@ DAMAGES = {
         [r for i, r in enumerate(records(d / "labels.json")) if i != 3])), "labels.json differs from the checkpoint's 8"),
     "journal deleted": (lambda d: (d / "labels.json").unlink(), "labels.json holds 0 records, fewer than"),
     "journal emptied to []": (lambda d: (d / "labels.json").write_text("[]"), "labels.json holds 0 records, fewer than"),
-    "journal cut mid-JSON": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
-                             "labels.json is not JSON: it was cut or changed"),
+    "journal cut mid-record": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
+                               "records, fewer than the checkpoint's 8"),  # the records before the cut kept
+    "journal garbled": (lambda d: (d / "labels.json").write_bytes(b"[\n{garbled\n]\n"), "labels.json is not JSON"),
     "journal {}": (lambda d: (d / "labels.json").write_text("{}"), "labels.json is not a list of best-of-4 records"),
     "journal a directory": (lambda d: as_directory(d / "labels.json"), "labels.json is not a file"),
     "answers a directory": (lambda d: as_directory(d / "answers.jsonl"), "answers.jsonl is not a file"),

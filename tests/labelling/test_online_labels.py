@@ -60,3 +60,62 @@ def test_a_resume_finds_the_file_cut_changed_or_without_its_answers(tmp_path):
         labels.check_resumed(2, digest, answers, PAD)
     with pytest.raises(UserError, match="has no answer for record 1 of labels.json"):
         labels.check_resumed(2, None, answers, PAD)  # an older checkpoint without the hash: the answers still say
+
+
+def test_answers_are_appended_one_record_a_line_and_the_file_stays_a_json_list(tmp_path):
+    path = tmp_path / "labels.json"
+    labels = OnlineLabelFile(path)
+    labels.add([(request(0), 2)], PAD)
+    first, inode = path.read_bytes(), path.stat().st_ino
+    labels.add([(request(1), 1), (request(2), None), (request(3), 3)], PAD)
+    data = path.read_bytes()
+    # appended in place: the same file, its first record's line as it was, then one record a line
+    assert path.stat().st_ino == inode and data.startswith(first[:-len(b"\n]\n")])
+    lines = data.decode().split("\n")
+    assert lines[0] == "[" and lines[-2:] == ["]", ""] and len(lines) == 3 + 3
+    assert [json.loads(line.rstrip(","))["best"] for line in lines[1:-2]] == [2, 1, 3]
+    assert json.loads(data) == labels.records and [r["query"][0] for r in labels.records] == [10, 11, 13]
+    labels.keep(2)  # cut back in place, then grown again
+    assert json.loads(path.read_bytes()) == labels.records and len(labels) == 2
+    assert path.read_text().count("\n") == 2 + 2  # still one record a line: "[", two records, "]"
+    labels.add([(request(4), 0)], PAD)
+    assert [r["query"][0] for r in json.loads(path.read_bytes())] == [10, 11, 14]
+    assert OnlineLabelFile(path).records == labels.records
+    labels.keep(0)
+    assert path.read_bytes() == b"[\n]\n" and OnlineLabelFile(path).records == []
+
+
+@pytest.mark.parametrize("cut, kept", [(1, 2), (2, 2), (10, 2), (-4, 3), (-3, 4), (-2, 4), (-1, 4)])
+def test_an_append_torn_by_a_power_cut_loses_only_that_write(tmp_path, cut, kept):
+    path = tmp_path / "labels.json"
+    labels = OnlineLabelFile(path)
+    labels.add([(request(0), 2), (request(1), 1)], PAD)
+    before = path.read_bytes()
+    labels.add([(request(2), 0), (request(3), 3)], PAD)
+    after = path.read_bytes()
+    start = len(before) - len(b"\n]\n")  # the last write began here: cut it short at `cut` bytes from either end
+    path.write_bytes(after[:start + cut] if cut > 0 else after[:cut])
+    survived = OnlineLabelFile(path)
+    assert survived.records == labels.records[:kept]
+    assert json.loads(path.read_bytes()) == survived.records  # a whole list again, and appended to as before
+    survived.add([(request(5), 1)], PAD)
+    assert json.loads(path.read_bytes())[-1]["query"][0] == 15
+
+
+def test_an_older_runs_one_line_file_is_read_and_laid_out_again(tmp_path):
+    path = tmp_path / "labels.json"
+    OnlineLabelFile(path).add([(request(0), 2), (request(1), 1)], PAD)
+    records = json.loads(path.read_bytes())
+    path.write_text(json.dumps(records))  # as the run wrote it before it appended
+    labels = OnlineLabelFile(path)
+    assert labels.records == records and path.read_text().count("\n") == 4
+    labels.add([(request(2), 3)], PAD)
+    assert json.loads(path.read_bytes()) == records + [labels.records[-1]]
+
+
+def test_a_file_damaged_past_its_last_whole_record_is_refused(tmp_path):
+    path = tmp_path / "labels.json"
+    OnlineLabelFile(path).add([(request(0), 2)], PAD)
+    path.write_bytes(path.read_bytes()[:-3] + b",\ngarbage\nmore\n")  # not one torn line: changed
+    with pytest.raises(UserError, match="is not JSON"):
+        OnlineLabelFile(path)
