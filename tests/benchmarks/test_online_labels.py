@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from benchmarks import online_labels
-
 from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
 
 
