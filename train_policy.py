@@ -325,10 +325,12 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
         return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
 
-    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent)
+    # under torchrun process 0 alone talks to the labeller (starts the program, serves the page); every process trains
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent) \
+        if run.is_main else None
     online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
                               prefix, suffix, tokenizer.pad_token_id, args.seed,
-                              (args.ppo.batch_size, new.batch_size), train)
+                              (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks)
     online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
     online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
     return online

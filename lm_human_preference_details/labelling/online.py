@@ -20,6 +20,7 @@ from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
 from lm_human_preference_details.run.checkpoint import rng_state, set_rng_state
+from lm_human_preference_details.run.directory import SHARED_DIR_WAIT_S
 from lm_human_preference_details.utils.errors import Stopped, UserError
 from lm_human_preference_details.utils.progress import passed
 
@@ -51,16 +52,22 @@ class OnlineCollection:
     the trainings as the schedule calls them. A checkpoint saves its `state_dict`; --resume loads it."""
 
     def __init__(self, schedule: Schedule, journal: OnlineLabelFile, labeller, sampler, task, prefix: list[int],
-                 suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple]):
+                 suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple],
+                 ranks=None):
         self.schedule, self.journal, self.labeller, self.sampler, self.task = schedule, journal, labeller, sampler, task
+        # under torchrun (``ranks``: the run's Ranks) process 0 alone has the labeller, the answers and the journal's
+        # writes, and the others wait while it collects (Ranks.main_alone); every process trains (docs/online.md)
+        self.ranks = ranks
+        self.is_main = ranks is None or ranks.is_main
         self.prefix, self.suffix, self.pad_id, self.seed = prefix, suffix, pad_id, seed
         self.episodes_per_update, self.reward_batch_size = sizes  # --ppo.batch-size, the reward model's batch size
         # (training k, its label count) -> (reward model, its saved hparams); a finished training's model is reused
         self.train = train
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
-        self.answers = AnswerRecord(journal.path.with_name("answers.jsonl"))
+        self.answers = AnswerRecord(journal.path.with_name("answers.jsonl")) if self.is_main else None
         self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
         self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's (train_policy.py sets it)
+        self.stop: Callable[[], Optional[int]] = self.stop_received  # any process's, while process 0 collects
         self.requests = 0  # requests answered with a label or still pending: a skipped one is not counted
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
@@ -77,10 +84,12 @@ class OnlineCollection:
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
+        if self.is_main:  # the others never read or write the journal: process 0's failure here is every process's
+            self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
-        self.journal.keep(state["labels"])
+        if self.is_main:
+            self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
@@ -92,6 +101,34 @@ class OnlineCollection:
         if self.reload:  # the model of the last training before the checkpoint, saved in its own run directory
             current = self.training(self.trainings - 1)
             self.reload = False
+        # process 0 collects (the others wait for it: Ranks.main_alone); its counts are every process's
+        counts = self.main_alone(lambda stop: self.collect_labels(update, policy, stop))
+        self.requests, self.waited = counts["online/requests"], counts["online/wait_time"]
+        self.stats = {}
+        while self.trainings < self.schedule.trainings_due(n):
+            current = self.training(self.trainings)
+            self.trainings += 1
+            self.stats.update({"online/retraining/labels": self.schedule.training_labels(self.trainings - 1,
+                                                                                        self.reward_batch_size),
+                               "online/retraining/loss": current[1].get("last_loss", math.nan),
+                               "online/retraining/heldout_accuracy": current[1].get("results", {}).get(
+                                   "heldout_accuracy", math.nan)})
+        self.stats.update({"online/labels": counts["online/labels"], "online/requests": self.requests,
+                           "online/pending": counts["online/pending"], "online/labels_wanted": self.schedule.labels_wanted(n),
+                           "online/retrainings": self.trainings, "online/wait_time": self.waited})
+        return current
+
+    def main_alone(self, work: Callable[[Callable[[], Optional[int]]], dict]) -> dict:
+        """``work(stop)`` on process 0 alone, its result on every process (Ranks.main_alone); one process: ``work``."""
+        if self.ranks is None:
+            return work(self.stop_received)
+        return self.ranks.main_alone(work, lambda: self.stop_received())
+
+    def collect_labels(self, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
+        """Process 0's part before ``update``: the requests due, and the wait for l(n) labels; ``stop``: the stop
+        signal any process received -> the counts every process logs."""
+        n = update * self.episodes_per_update
+        self.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
         if self.fresh:  # its answers are in the record: the requests made again get them from there
             self.journal.keep(0)
             self.fresh = False
@@ -106,19 +143,8 @@ class OnlineCollection:
         self.waited += time.time() - start
         if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
             self.labeller.close()  # the page's server stops
-        self.stats = {}
-        while self.trainings < self.schedule.trainings_due(n):
-            current = self.training(self.trainings)
-            self.trainings += 1
-            self.stats.update({"online/retraining/labels": self.schedule.training_labels(self.trainings - 1,
-                                                                                        self.reward_batch_size),
-                               "online/retraining/loss": current[1].get("last_loss", math.nan),
-                               "online/retraining/heldout_accuracy": current[1].get("results", {}).get(
-                                   "heldout_accuracy", math.nan)})
-        self.stats.update({"online/labels": labels, "online/requests": self.requests,
-                           "online/pending": self.requests - labels, "online/labels_wanted": self.schedule.labels_wanted(n),
-                           "online/retrainings": self.trainings, "online/wait_time": self.waited})
-        return current
+        return {"online/labels": labels, "online/requests": self.requests, "online/pending": self.requests - labels,
+                "online/wait_time": self.waited}
 
     def send_requests(self, update: int, policy) -> None:
         """New requests while the request rule says so; the answers given meanwhile journaled, a skipped request
@@ -126,7 +152,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
-            stop_if_received(self.stop_received(), "requests went out", n)  # a labeller that skips them all: not forever
+            stop_if_received(self.stop(), "requests went out", n)  # a labeller that skips them all: not forever
             self.request(update, policy)
             self.collect()
 
@@ -138,7 +164,7 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            stop_if_received(self.stop_received(), "PPO waited for labels", n)  # the labels may never come
+            stop_if_received(self.stop(), "PPO waited for labels", n)  # the labels may never come
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
@@ -165,7 +191,7 @@ class OnlineCollection:
         known = [(r, self.answers.get(r)) for r in requests]
         unknown = [r for r, best in known if best is UNKNOWN]
         if unknown:
-            self.labeller.stop_received = self.stop_received  # a program asked at length looks at the run's stop
+            self.labeller.stop_received = self.stop  # a program asked at length looks at the run's stop
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
@@ -193,6 +219,38 @@ class OnlineCollection:
         untouched, so that a resumed run that reuses the model goes on as the run that trained it."""
         state = rng_state()
         try:
+            self.check_shared_journal()
             return self.train(k, self.schedule.training_labels(k, self.reward_batch_size))
         finally:
             set_rng_state(state)
+
+    def check_shared_journal(self) -> None:
+        """Under torchrun, before every process trains on the journal: each reads the records process 0 wrote (their
+        count and hash, from process 0), looking again every 0.5 s for up to SHARED_DIR_WAIT_S where a shared file
+        system shows them late (docs/checkpoints.md); else one line, on every process, before anything trains."""
+        if self.ranks is None or self.ranks.world_size == 1:
+            return
+        mine = (len(self.journal), self.journal.digest(len(self.journal))) if self.is_main else None
+        count, digest = self.ranks.from_main(mine)
+        with self.ranks.agree():
+            if not self.is_main:
+                wait_for_journal(self.journal.path, count, digest)
+
+
+def wait_for_journal(path, count: int, digest: str) -> None:
+    """Until the journal at ``path`` holds the ``count`` records hashed ``digest`` (process 0's), for up to
+    SHARED_DIR_WAIT_S; then a one-line UserError naming the file."""
+    deadline = time.monotonic() + SHARED_DIR_WAIT_S
+    while True:
+        try:
+            seen = OnlineLabelFile(path)
+            if len(seen) == count and seen.digest(count) == digest:
+                return
+            what = f"{len(seen)} records"
+        except UserError as e:  # not there yet, or not whole yet: looked at again
+            what = str(e)
+        if time.monotonic() >= deadline:
+            raise UserError(f"{path} is not here as process 0 wrote it ({count} records; here {what[:120]}) after "
+                            f"{SHARED_DIR_WAIT_S:g} s: the run directory must be one directory every node shares: pass an "
+                            "absolute --output-dir on a file system all nodes mount (docs/checkpoints.md)")
+        time.sleep(0.5)
