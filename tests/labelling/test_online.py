@@ -272,16 +272,17 @@ sys.stdin.read()
 """
 
 
-def worker_pid(launcher: int, rank: int) -> int:
-    """The pid of torchrun's worker ``rank``: the launcher's child whose environment says RANK=rank."""
+def workers(launcher: int) -> dict[int, int]:
+    """torchrun's workers: the launcher's children, each by its RANK -> its pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
-            status = (entry / "status").read_text()
-            if f"\nPPid:\t{launcher}\n" in status and f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                return int(entry.name)
-        except (OSError, ValueError):
+            if f"\nPPid:\t{launcher}\n" in (entry / "status").read_text():
+                env = dict(v.split(b"=", 1) for v in (entry / "environ").read_bytes().split(b"\0") if b"=" in v)
+                found[int(env[b"RANK"])] = int(entry.name)
+        except (OSError, ValueError, KeyError):
             continue
-    raise AssertionError(f"no worker of rank {rank} under torchrun's pid {launcher}")
+    return found
 
 
 def test_under_torchrun_process_0_alone_runs_the_program_and_a_stop_on_process_1_ends_the_wait(tmp_path, offline_cache):
@@ -300,11 +301,14 @@ def test_under_torchrun_process_0_alone_runs_the_program_and_a_stop_on_process_1
             assert job.poll() is None, job.communicate()[1][-3000:]
             time.sleep(0.1)
         time.sleep(1)  # process 1 waits in the collection's poll by now
-        os.kill(worker_pid(job.pid, 1), signal.SIGTERM)
+        pids = workers(job.pid)
+        os.kill(pids[1], signal.SIGTERM)
         stopped = time.monotonic()
         out, err = job.communicate(timeout=60)
     finally:
-        if job.poll() is None:
+        if job.poll() is None:  # the workers run in sessions of their own: each is killed, then the launcher
+            for pid in workers(job.pid).values():
+                os.kill(pid, signal.SIGKILL)
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
     print(f"SIGTERM to process 1 -> the job ended {time.monotonic() - stopped:.1f} s later")
