@@ -2,7 +2,8 @@
 
 `OnlineCollection` holds the collection's state through a run: the requests it sends the labeller, the waits before
 PPO's episodes, the reward model's trainings as the schedule (schedule.py) calls them; its labels go to the run's label
-file (online_labels.py), every answer first to its durable record (answers.py).
+file (online_labels.py), every answer first to its durable record (answers.py). Under torchrun process 0 alone makes
+the requests, talks to the labeller and writes both files while the others wait for it; every process trains.
 """
 
 from __future__ import annotations
@@ -55,14 +56,11 @@ class OnlineCollection:
                  suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple],
                  ranks=None):
         self.schedule, self.journal, self.labeller, self.sampler, self.task = schedule, journal, labeller, sampler, task
-        # under torchrun (``ranks``: the run's Ranks) process 0 alone has the labeller, the answers and the journal's
-        # writes, and the others wait while it collects (Ranks.main_alone); every process trains (docs/online.md)
-        self.ranks = ranks
-        self.is_main = ranks is None or ranks.is_main
+        # torchrun's ranks: process 0 alone has the labeller, the answers, the journal's writes (docs/online.md)
+        self.ranks, self.is_main = ranks, ranks is None or ranks.is_main
         self.prefix, self.suffix, self.pad_id, self.seed = prefix, suffix, pad_id, seed
         self.episodes_per_update, self.reward_batch_size = sizes  # --ppo.batch-size, the reward model's batch size
-        # (training k, its label count) -> (reward model, its saved hparams); a finished training's model is reused
-        self.train = train
+        self.train = train  # (training k, its label count) -> (reward model, hparams); a finished training's is reused
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
         self.answers = AnswerRecord(journal.path.with_name("answers.jsonl")) if self.is_main else None
         self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
@@ -86,10 +84,9 @@ class OnlineCollection:
     def load_state_dict(self, state: dict) -> None:
         if self.is_main:  # the others never read or write the journal: process 0's failure here is every process's
             self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
+            self.journal.keep(state["labels"])
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
-        if self.is_main:
-            self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
@@ -102,49 +99,15 @@ class OnlineCollection:
             current = self.training(self.trainings - 1)
             self.reload = False
         # process 0 collects (the others wait for it: Ranks.main_alone); its counts are every process's
-        counts = self.main_alone(lambda stop: self.collect_labels(update, policy, stop))
-        self.requests, self.waited = counts["online/requests"], counts["online/wait_time"]
+        counts = main_alone(self.ranks, lambda stop: collect_labels(self, update, policy, stop), lambda: self.stop_received())
         self.stats = {}
         while self.trainings < self.schedule.trainings_due(n):
             current = self.training(self.trainings)
             self.trainings += 1
-            self.stats.update({"online/retraining/labels": self.schedule.training_labels(self.trainings - 1,
-                                                                                        self.reward_batch_size),
-                               "online/retraining/loss": current[1].get("last_loss", math.nan),
-                               "online/retraining/heldout_accuracy": current[1].get("results", {}).get(
-                                   "heldout_accuracy", math.nan)})
-        self.stats.update({"online/labels": counts["online/labels"], "online/requests": self.requests,
-                           "online/pending": counts["online/pending"], "online/labels_wanted": self.schedule.labels_wanted(n),
-                           "online/retrainings": self.trainings, "online/wait_time": self.waited})
+            self.stats.update(training_stats(self.schedule.training_labels(self.trainings - 1, self.reward_batch_size),
+                                             current[1]))
+        self.stats.update({**counts, "online/retrainings": self.trainings})
         return current
-
-    def main_alone(self, work: Callable[[Callable[[], Optional[int]]], dict]) -> dict:
-        """``work(stop)`` on process 0 alone, its result on every process (Ranks.main_alone); one process: ``work``."""
-        if self.ranks is None:
-            return work(self.stop_received)
-        return self.ranks.main_alone(work, lambda: self.stop_received())
-
-    def collect_labels(self, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
-        """Process 0's part before ``update``: the requests due, and the wait for l(n) labels; ``stop``: the stop
-        signal any process received -> the counts every process logs."""
-        n = update * self.episodes_per_update
-        self.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
-        if self.fresh:  # its answers are in the record: the requests made again get them from there
-            self.journal.keep(0)
-            self.fresh = False
-        start = time.time()
-        self.submit(self.unsent)
-        self.unsent = []
-        self.send_requests(update, policy)
-        wanted = self.schedule.labels_wanted(n)
-        if len(self.journal) < wanted:  # PPO waits here while labels < l(n), and only here
-            self.wait_for_labels(wanted, n, update, policy)
-        labels = len(self.journal)
-        self.waited += time.time() - start
-        if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
-            self.labeller.close()  # the page's server stops
-        return {"online/labels": labels, "online/requests": self.requests, "online/pending": self.requests - labels,
-                "online/wait_time": self.waited}
 
     def send_requests(self, update: int, policy) -> None:
         """New requests while the request rule says so; the answers given meanwhile journaled, a skipped request
@@ -219,22 +182,55 @@ class OnlineCollection:
         untouched, so that a resumed run that reuses the model goes on as the run that trained it."""
         state = rng_state()
         try:
-            self.check_shared_journal()
             return self.train(k, self.schedule.training_labels(k, self.reward_batch_size))
         finally:
             set_rng_state(state)
 
-    def check_shared_journal(self) -> None:
-        """Under torchrun, before every process trains on the journal: each reads the records process 0 wrote (their
-        count and hash, from process 0), looking again every 0.5 s for up to SHARED_DIR_WAIT_S where a shared file
-        system shows them late (docs/checkpoints.md); else one line, on every process, before anything trains."""
-        if self.ranks is None or self.ranks.world_size == 1:
-            return
-        mine = (len(self.journal), self.journal.digest(len(self.journal))) if self.is_main else None
-        count, digest = self.ranks.from_main(mine)
-        with self.ranks.agree():
-            if not self.is_main:
-                wait_for_journal(self.journal.path, count, digest)
+
+def collect_labels(online: OnlineCollection, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
+    """Process 0's part: the requests due, the wait for l(n) labels (``stop``: any process's) -> the counts."""
+    n = update * online.episodes_per_update
+    online.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
+    if online.fresh:  # its answers are in the record: the requests made again get them from there
+        online.journal.keep(0)
+        online.fresh = False
+    start = time.time()
+    online.submit(online.unsent)
+    online.unsent = []
+    online.send_requests(update, policy)
+    wanted = online.schedule.labels_wanted(n)
+    if len(online.journal) < wanted:  # PPO waits here while labels < l(n), and only here
+        online.wait_for_labels(wanted, n, update, policy)
+    labels = len(online.journal)
+    online.waited += time.time() - start
+    if n + online.episodes_per_update >= online.schedule.total_episodes:  # no label is asked after the last update's
+        online.labeller.close()  # the page's server stops
+    return {"online/labels": labels, "online/requests": online.requests, "online/pending": online.requests - labels,
+            "online/labels_wanted": wanted, "online/retrainings": online.trainings,  # the trainings due: after them
+            "online/wait_time": online.waited}
+
+
+def training_stats(labels: int, hparams: dict) -> dict[str, float]:
+    """The metrics of a training on ``labels`` labels that saved ``hparams``: its last batch's loss, its held-out accuracy."""
+    return {"online/retraining/labels": labels, "online/retraining/loss": hparams.get("last_loss", math.nan),
+            "online/retraining/heldout_accuracy": hparams.get("results", {}).get("heldout_accuracy", math.nan)}
+
+
+def main_alone(ranks, work: Callable[[Callable[[], Optional[int]]], dict], stop_here: Callable[[], Optional[int]]) -> dict:
+    """``work(stop)`` on process 0 alone, its result on every process (Ranks.main_alone); one process: ``work``."""
+    return work(stop_here) if ranks is None else ranks.main_alone(work, stop_here)
+
+
+def check_shared_journal(ranks, journal: OnlineLabelFile) -> None:
+    """Under torchrun, before every process trains on the journal: each reads the records process 0 wrote (their count
+    and hash, from process 0), looking again every 0.5 s for up to SHARED_DIR_WAIT_S where a shared file system shows
+    them late (docs/checkpoints.md); else one line, on every process, before anything trains."""
+    if ranks is None or ranks.world_size == 1:
+        return
+    count, digest = ranks.from_main((len(journal), journal.digest(len(journal))) if ranks.is_main else None)
+    with ranks.agree():
+        if not ranks.is_main:
+            wait_for_journal(journal.path, count, digest)
 
 
 def wait_for_journal(path, count: int, digest: str) -> None:

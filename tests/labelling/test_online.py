@@ -403,23 +403,17 @@ def test_under_torchrun_a_process_trains_only_once_it_reads_the_journal_process_
     journal.write_text(json.dumps(records[:2]))  # what process 1 sees at first: the journal before the last batch
     process_1 = SimpleNamespace(world_size=2, is_main=False, from_main=lambda mine: written,
                                 agree=contextlib.nullcontext)  # a failure is raised as it is
-    trained: list = []
-    collection = online_module.OnlineCollection(Schedule(2, 3, 16, 0, 0), online_module.OnlineLabelFile(journal), None,
-                                                FakeSampler(), None, [], [], 0, 1, (16, 2),
-                                                lambda k, n: trained.append(json.loads(journal.read_text())) or ("m", {}),
-                                                ranks=process_1)
     later = threading.Timer(1.0, lambda: journal.write_text(json.dumps(records)))
     later.start()
-    collection.training(0)
+    online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
+    assert json.loads(journal.read_text()) == records  # it went on only once it read process 0's 3 records
     later.join()
-    assert trained == [records]  # trained on process 0's 3 records, not the 2 it saw first
 
     journal.write_text(json.dumps(records[:2]))
     monkeypatch.setattr(online_module, "SHARED_DIR_WAIT_S", 1.0)
     with pytest.raises(UserError, match=f"{journal} is not here as process 0 wrote it \\(3 records; here 2 records\\) "
                                         "after 1 s"):
-        collection.training(0)
-    assert len(trained) == 1
+        online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
 
 
 def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_to_its_end(online_run, tmp_path,
