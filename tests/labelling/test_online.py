@@ -1,5 +1,6 @@
 """The paper's online data collection (online.py): the schedule at hand-computed points, the flags, and a small online
-run of the offline task with the gold labeller, uninterrupted and killed then resumed."""
+run of the offline task with the gold labeller, uninterrupted and killed then resumed, on one process and under torchrun
+(2 processes, killed, resumed on 1); under torchrun, a command labeller and a stop on process 1."""
 
 from __future__ import annotations
 
