@@ -40,7 +40,7 @@ import train_reward
 from lm_human_preference_details.cli.main import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
 from lm_human_preference_details.labelling.labellers import make_labeller
-from lm_human_preference_details.labelling.online import OnlineCollection
+from lm_human_preference_details.labelling.online import OnlineCollection, check_shared_journal
 from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
 from lm_human_preference_details.labelling.schedule import OnlineHParams, Schedule
 from lm_human_preference_details.language.gpt2 import compile_blocks
@@ -314,6 +314,7 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
     def train(k: int, num_train: int) -> tuple[RewardModel, dict]:
         """Training k: train_reward.py on the journal's first num_train labels, from the initial language model with
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
+        check_shared_journal(run.ranks, journal)  # every process reads the records process 0 wrote
         labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
         out = online_training_dir(journal.path.parent, k)
@@ -325,10 +326,12 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         loss = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r][-1]
         return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
 
-    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent)
+    # under torchrun process 0 alone talks to the labeller (starts the program, serves the page); every process trains
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent) \
+        if run.is_main else None
     online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
                               prefix, suffix, tokenizer.pad_token_id, args.seed,
-                              (args.ppo.batch_size, new.batch_size), train)
+                              (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks)
     online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
     online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
     return online

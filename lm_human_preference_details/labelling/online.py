@@ -2,7 +2,8 @@
 
 `OnlineCollection` holds the collection's state through a run: the requests it sends the labeller, the waits before
 PPO's episodes, the reward model's trainings as the schedule (schedule.py) calls them; its labels go to the run's label
-file (online_labels.py), every answer first to its durable record (answers.py).
+file (online_labels.py), every answer first to its durable record (answers.py). Under torchrun process 0 alone makes
+the requests, talks to the labeller and writes both files while the others wait for it; every process trains.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
 from lm_human_preference_details.run.checkpoint import rng_state, set_rng_state
+from lm_human_preference_details.run.directory import SHARED_DIR_WAIT_S
 from lm_human_preference_details.utils.errors import Stopped, UserError
 from lm_human_preference_details.utils.progress import passed
 
@@ -51,16 +53,19 @@ class OnlineCollection:
     the trainings as the schedule calls them. A checkpoint saves its `state_dict`; --resume loads it."""
 
     def __init__(self, schedule: Schedule, journal: OnlineLabelFile, labeller, sampler, task, prefix: list[int],
-                 suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple]):
+                 suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple],
+                 ranks=None):
         self.schedule, self.journal, self.labeller, self.sampler, self.task = schedule, journal, labeller, sampler, task
+        # torchrun's ranks: process 0 alone has the labeller, the answers, the journal's writes (docs/online.md)
+        self.ranks, self.is_main = ranks, ranks is None or ranks.is_main
         self.prefix, self.suffix, self.pad_id, self.seed = prefix, suffix, pad_id, seed
         self.episodes_per_update, self.reward_batch_size = sizes  # --ppo.batch-size, the reward model's batch size
-        # (training k, its label count) -> (reward model, its saved hparams); a finished training's model is reused
-        self.train = train
+        self.train = train  # (training k, its label count) -> (reward model, hparams); a finished training's is reused
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
-        self.answers = AnswerRecord(journal.path.with_name("answers.jsonl"))
+        self.answers = AnswerRecord(journal.path.with_name("answers.jsonl")) if self.is_main else None
         self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
         self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's (train_policy.py sets it)
+        self.stop: Callable[[], Optional[int]] = self.stop_received  # any process's, while process 0 collects
         self.requests = 0  # requests answered with a label or still pending: a skipped one is not counted
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
@@ -77,10 +82,11 @@ class OnlineCollection:
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
+        if self.is_main:  # the others never read or write the journal: process 0's failure here is every process's
+            self.journal.check_resumed(state["labels"], state.get("journal"), self.answers, self.pad_id)
+            self.journal.keep(state["labels"])
         self.requests, self.batches, self.trainings = state["requests"], state["batches"], state["trainings"]
         self.sampler.load_state_dict(state["sampler"])
-        self.journal.keep(state["labels"])
         self.unsent = [Request(**r) for r in state.get("pending", [])]
         self.reload = self.trainings > 0
         self.fresh = False
@@ -92,32 +98,15 @@ class OnlineCollection:
         if self.reload:  # the model of the last training before the checkpoint, saved in its own run directory
             current = self.training(self.trainings - 1)
             self.reload = False
-        if self.fresh:  # its answers are in the record: the requests made again get them from there
-            self.journal.keep(0)
-            self.fresh = False
-        start = time.time()
-        self.submit(self.unsent)
-        self.unsent = []
-        self.send_requests(update, policy)
-        wanted = self.schedule.labels_wanted(n)
-        if len(self.journal) < wanted:  # PPO waits here while labels < l(n), and only here
-            self.wait_for_labels(wanted, n, update, policy)
-        labels = len(self.journal)
-        self.waited += time.time() - start
-        if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
-            self.labeller.close()  # the page's server stops
+        # process 0 collects (the others wait for it: Ranks.main_alone); its counts are every process's
+        counts = main_alone(self.ranks, lambda stop: collect_labels(self, update, policy, stop), lambda: self.stop_received())
         self.stats = {}
         while self.trainings < self.schedule.trainings_due(n):
             current = self.training(self.trainings)
             self.trainings += 1
-            self.stats.update({"online/retraining/labels": self.schedule.training_labels(self.trainings - 1,
-                                                                                        self.reward_batch_size),
-                               "online/retraining/loss": current[1].get("last_loss", math.nan),
-                               "online/retraining/heldout_accuracy": current[1].get("results", {}).get(
-                                   "heldout_accuracy", math.nan)})
-        self.stats.update({"online/labels": labels, "online/requests": self.requests,
-                           "online/pending": self.requests - labels, "online/labels_wanted": self.schedule.labels_wanted(n),
-                           "online/retrainings": self.trainings, "online/wait_time": self.waited})
+            self.stats.update(training_stats(self.schedule.training_labels(self.trainings - 1, self.reward_batch_size),
+                                             current[1]))
+        self.stats.update({**counts, "online/retrainings": self.trainings})
         return current
 
     def send_requests(self, update: int, policy) -> None:
@@ -126,7 +115,7 @@ class OnlineCollection:
         n = update * self.episodes_per_update
         self.collect()
         while self.schedule.should_request(self.requests, n):
-            stop_if_received(self.stop_received(), "requests went out", n)  # a labeller that skips them all: not forever
+            stop_if_received(self.stop(), "requests went out", n)  # a labeller that skips them all: not forever
             self.request(update, policy)
             self.collect()
 
@@ -138,7 +127,7 @@ class OnlineCollection:
                  f"{self.labeller.waiting_for()}")
         started = last = time.monotonic()
         while len(self.journal) < need:
-            stop_if_received(self.stop_received(), "PPO waited for labels", n)  # the labels may never come
+            stop_if_received(self.stop(), "PPO waited for labels", n)  # the labels may never come
             self.collect(timeout=1.0)
             self.send_requests(update, policy)
             if not self.pending and len(self.journal) < need and not self.schedule.should_request(self.requests, n):
@@ -165,7 +154,7 @@ class OnlineCollection:
         known = [(r, self.answers.get(r)) for r in requests]
         unknown = [r for r, best in known if best is UNKNOWN]
         if unknown:
-            self.labeller.stop_received = self.stop_received  # a program asked at length looks at the run's stop
+            self.labeller.stop_received = self.stop  # a program asked at length looks at the run's stop
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
@@ -196,3 +185,68 @@ class OnlineCollection:
             return self.train(k, self.schedule.training_labels(k, self.reward_batch_size))
         finally:
             set_rng_state(state)
+
+
+def collect_labels(online: OnlineCollection, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
+    """Process 0's part: the requests due, the wait for l(n) labels (``stop``: any process's) -> the counts."""
+    n = update * online.episodes_per_update
+    online.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
+    if online.fresh:  # its answers are in the record: the requests made again get them from there
+        online.journal.keep(0)
+        online.fresh = False
+    start = time.time()
+    online.submit(online.unsent)
+    online.unsent = []
+    online.send_requests(update, policy)
+    wanted = online.schedule.labels_wanted(n)
+    if len(online.journal) < wanted:  # PPO waits here while labels < l(n), and only here
+        online.wait_for_labels(wanted, n, update, policy)
+    labels = len(online.journal)
+    online.waited += time.time() - start
+    if n + online.episodes_per_update >= online.schedule.total_episodes:  # no label is asked after the last update's
+        online.labeller.close()  # the page's server stops
+    return {"online/labels": labels, "online/requests": online.requests, "online/pending": online.requests - labels,
+            "online/labels_wanted": wanted, "online/retrainings": online.trainings,  # the trainings due: after them
+            "online/wait_time": online.waited}
+
+
+def training_stats(labels: int, hparams: dict) -> dict[str, float]:
+    """The metrics of a training on ``labels`` labels that saved ``hparams``: its last batch's loss, its held-out accuracy."""
+    return {"online/retraining/labels": labels, "online/retraining/loss": hparams.get("last_loss", math.nan),
+            "online/retraining/heldout_accuracy": hparams.get("results", {}).get("heldout_accuracy", math.nan)}
+
+
+def main_alone(ranks, work: Callable[[Callable[[], Optional[int]]], dict], stop_here: Callable[[], Optional[int]]) -> dict:
+    """``work(stop)`` on process 0 alone, its result on every process (Ranks.main_alone); one process: ``work``."""
+    return work(stop_here) if ranks is None else ranks.main_alone(work, stop_here)
+
+
+def check_shared_journal(ranks, journal: OnlineLabelFile) -> None:
+    """Under torchrun, before every process trains on the journal: each reads the records process 0 wrote (their count
+    and hash, from process 0), looking again every 0.5 s for up to SHARED_DIR_WAIT_S where a shared file system shows
+    them late (docs/checkpoints.md); else one line, on every process, before anything trains."""
+    if ranks is None or ranks.world_size == 1:
+        return
+    count, digest = ranks.from_main((len(journal), journal.digest(len(journal))) if ranks.is_main else None)
+    with ranks.agree():
+        if not ranks.is_main:
+            wait_for_journal(journal.path, count, digest)
+
+
+def wait_for_journal(path, count: int, digest: str) -> None:
+    """Until the journal at ``path`` holds the ``count`` records hashed ``digest`` (process 0's), for up to
+    SHARED_DIR_WAIT_S; then a one-line UserError naming the file."""
+    deadline = time.monotonic() + SHARED_DIR_WAIT_S
+    while True:
+        try:
+            seen = OnlineLabelFile(path)
+            if len(seen) == count and seen.digest(count) == digest:
+                return
+            what = f"{len(seen)} records"
+        except UserError as e:  # not there yet, or not whole yet: looked at again
+            what = str(e)
+        if time.monotonic() >= deadline:
+            raise UserError(f"{path} is not here as process 0 wrote it ({count} records; here {what[:120]}) after "
+                            f"{SHARED_DIR_WAIT_S:g} s: the run directory must be one directory every node shares: pass an "
+                            "absolute --output-dir on a file system all nodes mount (docs/checkpoints.md)")
+        time.sleep(0.5)

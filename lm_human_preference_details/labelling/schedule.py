@@ -98,10 +98,9 @@ class OnlineHParams:
         if self.labeller == "gold" and not hasattr(task, "gold_scores"):
             raise UserError("--online.labeller gold needs a task with a gold scorer (--task offline); pass another "
                             "--online.labeller")
-        if torchrun_world()[0] > 1:
-            raise UserError("online collection runs in one process for now; run without torchrun (--num-ranks "
-                            "emulates the ranks in one process)")
-        if self.labeller == "page":  # a port in use or an address not of this machine: one line, before any model
+        # a port in use or an address not of this machine: one line, before any model; under torchrun process 0 alone
+        # serves the page, and the others, on its node or not, never bind it
+        if self.labeller == "page" and torchrun_world()[1] == 0:
             check_can_serve(self.host, self.port)
 
 

@@ -1,15 +1,19 @@
 """The paper's online data collection (online.py): the schedule at hand-computed points, the flags, and a small online
-run of the offline task with the gold labeller, uninterrupted and killed then resumed."""
+run of the offline task with the gold labeller, uninterrupted and killed then resumed, on one process and under torchrun
+(2 processes, killed, resumed on 1); under torchrun, a command labeller and a stop on process 1."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +224,105 @@ def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chai
         assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
 
 
+def torchrun_command(run_dir: Path, *extra: str) -> list[str]:
+    """The small run under `torchrun --standalone --nproc-per-node 2` (gloo on the CPU): one emulated rank a process."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            *policy_command(run_dir, *extra)[1:]]
+
+
+def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_one(online_run, tmp_path, offline_cache):
+    """The small run under torchrun (2 processes, --exact-ranks, the gold labeller: process 0 samples the requests and
+    labels them, both train) killed -9 as it writes its last checkpoint, then --resume on 1 process: the 2 processes
+    had journaled the uninterrupted 1-process run's labels and logged its metrics, bit for bit; the resumed run reuses
+    the finished trainings and the answers given (none asked again) and ends with that run's journal, metrics and
+    policy. Seconds: a torchrun job of the whole run, then its last update and report in this process."""
+    from helpers.events import kill_at_env
+
+    from lm_human_preference_details.utils.torchrun import torchrun_world
+
+    assert torchrun_world()[0] == 1  # the resume below runs in this process, as one process
+    run_dir = tmp_path / "run"
+    env = environment(offline_cache)
+    # process 0 passes this event alone, in its checkpoint writer after update 1: both updates logged, not yet saved
+    job = subprocess.run(torchrun_command(run_dir), capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env=kill_at_env("checkpoint-writing 2", env))
+    assert job.returncode != 0 and "Signal 9 (SIGKILL) received" in job.stderr, job.stderr[-3000:]
+    online = run_dir / "online"
+    assert what_is_left(run_dir) == (["update_00000001"], 64, 64, ["reward_00", "reward_01"])
+    assert (online / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+    assert metrics(run_dir) == metrics(online_run)  # the 2 processes' rows, flushed before the checkpoint is written
+
+    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=tmp_path,
+               env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
+    assert (online / "answers.jsonl").read_bytes() == (online_run / "online" / "answers.jsonl").read_bytes()
+    assert (online / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
+    assert metrics(run_dir) == metrics(online_run)
+    for name in ("model.safetensors", "head.safetensors"):
+        assert (run_dir / "policy" / name).read_bytes() == (online_run / "policy" / name).read_bytes()
+
+
+# a program labeller that says when it started and when it was asked, then never answers (it ends when its input closes)
+SILENT_JUDGE = """import os, sys
+def say(what):
+    with open(sys.argv[1], "a") as f:
+        f.write(what + "\\n")
+say(f"started {os.getpid()}")
+sys.stdin.readline()
+say("asked")
+sys.stdin.read()
+"""
+
+
+def workers(launcher: int) -> dict[int, int]:
+    """torchrun's workers: the launcher's children, each by its RANK -> its pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if f"\nPPid:\t{launcher}\n" in (entry / "status").read_text():
+                env = dict(v.split(b"=", 1) for v in (entry / "environ").read_bytes().split(b"\0") if b"=" in v)
+                found[int(env[b"RANK"])] = int(entry.name)
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+def test_under_torchrun_process_0_alone_runs_the_program_and_a_stop_on_process_1_ends_the_wait(tmp_path, offline_cache):
+    """The small run under torchrun (2 processes) with a command labeller that never answers: process 0 alone starts
+    the program; SIGTERM to process 1 alone, while process 0 waits for the program's answer, ends the whole job in
+    one `stopped by SIGTERM` line, every process with status 143, and the program is ended. A hang (process 0 never
+    learning of process 1's stop) fails the test after 60 s. Seconds: a torchrun job's imports and model loads."""
+    judge, said = tmp_path / "judge.py", tmp_path / "judge.log"
+    judge.write_text(SILENT_JUDGE)
+    command = torchrun_command(tmp_path / "run", "--online.labeller", "command", "--online.command",
+                               f"{sys.executable} {judge} {said}")
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           env=environment(offline_cache), start_new_session=True)
+    try:
+        while "asked" not in (said.read_text() if said.exists() else ""):
+            assert job.poll() is None, job.communicate()[1][-3000:]
+            time.sleep(0.1)
+        time.sleep(1)  # process 1 waits in the collection's poll by now
+        pids = workers(job.pid)
+        os.kill(pids[1], signal.SIGTERM)
+        stopped = time.monotonic()
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:  # the workers run in sessions of their own: each is killed, then the launcher
+            for pid in workers(job.pid).values():
+                os.kill(pid, signal.SIGKILL)
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    print(f"SIGTERM to process 1 -> the job ended {time.monotonic() - stopped:.1f} s later")
+    lines = said.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["started", "asked"], lines  # one program, asked once
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(lines[0].split()[1]), 0)  # ended with the run
+    ours = [line for line in (out + err).splitlines() if line.startswith("error:")]
+    assert len(ours) == 1 and ours[0].startswith("error: stopped by SIGTERM while --online.command") and \
+        "request 0 was asked" in ours[0], out + err
+    assert set(re.findall(r"exitcode\s*:\s*(-?\d+)", err)) == {"143"}, err[-3000:]  # torchrun's report, each process
+
+
 
 
 
@@ -282,6 +385,36 @@ def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
     assert trained[0] == (1, 16) and trained[1:] == [(2, 24), (3, 32)]  # reloaded, then the due trainings
     resumed.before_episode(3, FakePolicy(), (model, hparams))
     assert json.loads((tmp_path / "labels.json").read_text()) == records
+
+
+def test_under_torchrun_a_process_trains_only_once_it_reads_the_journal_process_0_wrote(tmp_path, monkeypatch):
+    """Before each training, process 1 reads the journal until it holds process 0's records (their count and hash,
+    from process 0): a shared file system that shows the write late is looked at again, not trained on; one that
+    never shows it is one line naming the file (here after 1 s instead of 30)."""
+    import contextlib
+    import threading
+    from types import SimpleNamespace
+
+    from lm_human_preference_details.labelling import online as online_module
+
+    journal = tmp_path / "labels.json"
+    records = [{"query": [1, 2], **{f"sample{i}": [i + 1] for i in range(4)}, "best": k % 4, "update": 0} for k in range(3)]
+    journal.write_text(json.dumps(records))
+    written = len(records), hashlib.sha256(json.dumps(records).encode()).hexdigest()  # as process 0 has them
+    journal.write_text(json.dumps(records[:2]))  # what process 1 sees at first: the journal before the last batch
+    process_1 = SimpleNamespace(world_size=2, is_main=False, from_main=lambda mine: written,
+                                agree=contextlib.nullcontext)  # a failure is raised as it is
+    later = threading.Timer(1.0, lambda: journal.write_text(json.dumps(records)))
+    later.start()
+    online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
+    assert json.loads(journal.read_text()) == records  # it went on only once it read process 0's 3 records
+    later.join()
+
+    journal.write_text(json.dumps(records[:2]))
+    monkeypatch.setattr(online_module, "SHARED_DIR_WAIT_S", 1.0)
+    with pytest.raises(UserError, match=f"{journal} is not here as process 0 wrote it \\(3 records; here 2 records\\) "
+                                        "after 1 s"):
+        online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
 
 
 def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_to_its_end(online_run, tmp_path,

@@ -1,6 +1,7 @@
 """The tests' audit hook (PEP 578) on a run's `utils.progress.passed` events: where $LMHP_TEST_EVENTS names a file, each
 event is appended to it as a line and the process stops itself (SIGSTOP) until the test continues it (SIGCONT), so a
-test kills, stops or races a run at exactly that point. Installed in the test process by conftest.py and in the runs a
+test kills, stops or races a run at exactly that point; where $LMHP_TEST_KILL_AT names an event, the process that
+passes it kills itself there (SIGKILL). Installed in the test process by conftest.py and in the runs a
 test starts by this folder's sitecustomize.py (on their PYTHONPATH: helpers.events.events_env)."""
 
 import os
@@ -9,10 +10,13 @@ import sys
 import time
 
 EVENTS = "LMHP_TEST_EVENTS"
-PASSED = "lm_human_preference_details.passed"
+KILL_AT = "LMHP_TEST_KILL_AT"  # an event at which the process that passes it kills itself (SIGKILL): for the processes
+PASSED = "lm_human_preference_details.passed"  # of a torchrun job, which are not the test's children to stop and drive
 
 
 def _hook(name: str, args: tuple) -> None:
+    if name == PASSED and os.environ.get(KILL_AT) == args[0]:
+        os.kill(os.getpid(), signal.SIGKILL)
     if name == PASSED and (path := os.environ.get(EVENTS)):
         with open(path, "a") as f:
             f.write(args[0] + "\n")
