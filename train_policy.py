@@ -305,7 +305,7 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
     new = args.rewards.train_new_model
     schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
                         args.online.retrainings)
-    journal = OnlineLabelFile(Path(args.output_dir) / "online" / "labels.json")
+    journal = OnlineLabelFile(Path(args.output_dir) / "online" / "labels.json", owner=run.is_main)
     # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
     sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
                                  shuffle_seed=1, labels_source=new.labels.source)

@@ -239,7 +239,7 @@ def wait_for_journal(path, count: int, digest: str) -> None:
     deadline = time.monotonic() + SHARED_DIR_WAIT_S
     while True:
         try:
-            seen = OnlineLabelFile(path)
+            seen = OnlineLabelFile(path, owner=False)  # process 0 may be appending to it: never written here
             if len(seen) == count and seen.digest(count) == digest:
                 return
             what = f"{len(seen)} records"

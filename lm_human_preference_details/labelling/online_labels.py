@@ -43,14 +43,15 @@ class OnlineLabelFile:
     whose last line is cut, which the next start cuts back to its last whole record (the answers' record keeps every
     answer, and a resume makes the records past its checkpoint again)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, owner: bool = True):
+        """``owner``: this process writes the file (under torchrun, process 0); the others only read it, as it is."""
         self.path = path
         self.records: list[dict] = []
         self.ends: list[int] = []  # byte offset of the end of each record's line (before its ",")
         data = read_journal(path)
         if data is not None:
             self.records, self.ends, whole = parse_layout(path, data)
-            if not whole:  # an older run's single-line file, or a last write cut by a kill: laid out again
+            if not whole and owner:  # an older run's one-line file, or a last write torn: laid out again
                 self._write_whole()
 
     def __len__(self) -> int:

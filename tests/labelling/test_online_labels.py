@@ -119,3 +119,14 @@ def test_a_file_damaged_past_its_last_whole_record_is_refused(tmp_path):
     path.write_bytes(path.read_bytes()[:-3] + b",\ngarbage\nmore\n")  # not one torn line: changed
     with pytest.raises(UserError, match="is not JSON"):
         OnlineLabelFile(path)
+
+
+def test_a_reader_that_is_not_the_owner_never_writes_the_file(tmp_path):
+    path = tmp_path / "labels.json"
+    OnlineLabelFile(path).add([(request(0), 2), (request(1), 1)], PAD)
+    data = path.read_bytes()
+    for damaged in (data[:-5], json.dumps(json.loads(data)).encode()):  # an append torn (or under way); an old layout
+        path.write_bytes(damaged)
+        seen = OnlineLabelFile(path, owner=False)  # under torchrun, a process that is not process 0
+        assert path.read_bytes() == damaged  # read as it is, never laid out again or cut back
+        assert [r["best"] for r in seen.records] == ([2] if damaged == data[:-5] else [2, 1])
