@@ -40,15 +40,15 @@ class OnlineLabelFile:
             self.records = self.records[:n]
             self._write()
 
-    def add(self, answered: list[tuple[Request, Optional[int]]], pad_id: int) -> None:
-        """Requests and their answers (None: skipped, not kept), in the order given."""
+    def add(self, answered: list[tuple[Request, Optional[int], str]], pad_id: int) -> None:
+        """Requests, their answers (None: skipped, not kept) and who gave them, in the order given."""
         to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
-        for request, best in answered:
+        for request, best, labeller in answered:
             if best is None:
                 continue
             self.records.append({"query": to_oai(request.query),
                                  **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
-                                 "best": best, "update": request.update})
+                                 "best": best, "update": request.update, "labeller": labeller})
         self._write()
 
     def check_resumed(self, labels: int, digest: Optional[str], answers: AnswerRecord, pad_id: int) -> None:

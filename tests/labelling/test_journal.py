@@ -56,16 +56,16 @@ def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path,
 
     try:
         monkeypatch.setattr(label_session.os, "write", half_then_full)
-        status, answer = call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 1})
+        status, answer = call(server.url(), "/api/label", {"client": "a", "labeller": "ann", "item": 0, "best": 1})
         assert (status, journal_path(out).read_bytes(), out.read_text()) == (507, journal, "[]")
         assert "No space left on device" in answer["error"]
         monkeypatch.setattr(label_session.os, "write", real_write)
-        assert call(server.url(), "/api/label", {"client": "a", "item": 0, "best": 2})[0] == 200
+        assert call(server.url(), "/api/label", {"client": "a", "labeller": "ann", "item": 0, "best": 2})[0] == 200
     finally:
         server.shutdown()
         server.server_close()
         session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 2})
+    assert json.loads(out.read_text()) == expected_file({0: 2}, "ann")
     LabelSession.resume(out, FLAGS).close()  # the journal reads back whole
 
 
@@ -74,10 +74,18 @@ def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path,
     ('{"event": "undo", "item": 0, "client": "stranger"}', 3, "an undo of item 0 that client .stranger. did not decide last"),
     ('{"event": "label", "item": 1, "best": 0, "client": "a"}\n{"event": "undo", "item": 0, "client": "a"}', 4,
      "an undo of item 0 that client .a. did not decide last"),  # a's own choice, but not its last
+    ('{"event": "undo", "item": 0, "client": "a", "labeller": "bob"}', 3,
+     "an undo of item 0 that client .a. did not decide last as .bob."),  # a's last, but decided as anonymous
     ('{"event": "label", "item": 999, "best": 1, "client": "a"}', 3, "item 999 is not in 0..2"),
     ('{"event": "skip", "item": -1, "client": "a"}', 3, "item -1 is not in 0..2"),
     ('{"event": "label", "item": 1, "best": 7, "client": "a"}', 3, "best 7 is not in 0..3"),
-    ('{"event": "label", "item": 0, "best": 1, "client": "a"}', 3, "item 0 was decided already"),
+    ('{"event": "label", "item": 0, "best": 1, "client": "a"}', 3, "labeller .anonymous. labelled item 0 already"),
+    ('{"event": "label", "item": 0, "best": 1, "client": "b", "labeller": "bob"}', 3,
+     r"item 0 has the 1 label\(s\) it wants already"),
+    ('{"event": "skip", "item": 1, "client": "a"}\n{"event": "label", "item": 1, "best": 1, "client": "b"}', 4,
+     "labeller .anonymous. skipped item 1 already"),  # another tab of the labeller who skipped it
+    ('{"event": "label", "item": 1, "best": 1, "client": "a", "labeller": ""}', 3,
+     "labeller must be a string of 1..64 printable characters"),
     ('{"event": "label", "item": NaN, "best": 1, "client": "a"}', 3, "not JSON"),
     ("header", 1, "no items"),
 ])
@@ -101,13 +109,14 @@ def test_a_journal_line_that_is_not_a_valid_event_is_one_line_naming_it(tmp_path
 
 def test_an_event_makes_new_decisions_and_leaves_those_before_it_as_they_were():
     """Decisions.after: a choice is applied only once its line is saved, so the decisions before it stay whole."""
-    before = Decisions(3)
-    before.apply({"event": "label", "item": 0, "best": 2, "client": "a"})
+    before = Decisions([1, 1, 1])
+    before.apply({"event": "label", "item": 0, "best": 2, "client": "a"})  # a line without a name: anonymous's
     skipped = before.after({"event": "skip", "item": 1, "client": "a"})
-    assert (before.best, before.skipped, before.history) == ({0: 2}, set(), {"a": [0]})
-    assert (skipped.best, skipped.skipped, skipped.history) == ({0: 2}, {1}, {"a": [0, 1]})
+    a = "anonymous"
+    assert (before.labels, before.skipped, before.history) == ({0: [(a, 2)]}, {}, {"a": [(0, a)]})
+    assert (skipped.labels, skipped.skipped, skipped.history) == ({0: [(a, 2)]}, {1: {a}}, {"a": [(0, a), (1, a)]})
     undone = skipped.after({"event": "undo", "item": 1, "client": "a"})
-    assert (undone.best, undone.skipped, undone.history) == ({0: 2}, set(), {"a": [0]})
-    assert skipped.history == {"a": [0, 1]} and not skipped.is_open(1) and undone.is_open(1)
+    assert (undone.labels, undone.skipped[1], undone.history) == ({0: [(a, 2)]}, set(), {"a": [(0, a)]})
+    assert skipped.history == {"a": [(0, a), (1, a)]} and not skipped.is_open(1) and undone.is_open(1)
     again = {"event": "undo", "item": 1, "client": "a"}
-    assert undone.problem(again) == "an undo of item 1 that client 'a' did not decide last"
+    assert undone.problem(again) == "an undo of item 1 that client 'a' did not decide last as 'anonymous'"

@@ -225,6 +225,8 @@ def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chai
 
 
 class SkipEveryThird(AnswersAtOnce):
+    name = "judge.py"
+
     def __init__(self):
         self.asked = 0
 

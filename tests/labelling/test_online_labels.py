@@ -19,12 +19,12 @@ def request(i: int) -> Request:
 
 def test_answers_are_written_in_openais_schema_and_a_skip_is_no_record(tmp_path):
     labels = OnlineLabelFile(tmp_path / "labels.json")
-    labels.add([(request(0), 2), (request(1), None), (request(2), 0)], PAD)
+    labels.add([(request(0), 2, "gold"), (request(1), None, "gold"), (request(2), 0, "ann")], PAD)
     written = json.loads((tmp_path / "labels.json").read_text())
     assert written == [{"query": [10, 50259], "sample0": [20, 50259], "sample1": [30, 31], "sample2": [40, 41],
-                        "sample3": [50, 51], "best": 2, "update": 3},
+                        "sample3": [50, 51], "best": 2, "update": 3, "labeller": "gold"},
                        {"query": [12, 50259], "sample0": [22, 50259], "sample1": [32, 31], "sample2": [40, 41],
-                        "sample3": [50, 51], "best": 0, "update": 3}]
+                        "sample3": [50, 51], "best": 0, "update": 3, "labeller": "ann"}]
     assert OnlineLabelFile(tmp_path / "labels.json").records == written  # read back as written
     labels.keep(1)
     assert json.loads((tmp_path / "labels.json").read_text()) == written[:1]
@@ -48,9 +48,9 @@ def test_a_file_that_is_not_the_runs_is_one_line_naming_it(tmp_path, damage, mes
 def test_a_resume_finds_the_file_cut_changed_or_without_its_answers(tmp_path):
     answers = AnswerRecord(tmp_path / "answers.jsonl")
     for i, best in ((0, 2), (1, 1)):
-        answers.record(request(i), best)
+        answers.record(request(i), best, "gold")
     labels = OnlineLabelFile(tmp_path / "labels.json")
-    labels.add([(request(0), 2), (request(1), 1)], PAD)
+    labels.add([(request(0), 2, "gold"), (request(1), 1, "gold")], PAD)
     digest = labels.digest(2)
     labels.check_resumed(2, digest, answers, PAD)  # as saved: nothing to say
     with pytest.raises(UserError, match="holds 2 records, fewer than the checkpoint's 3"):
