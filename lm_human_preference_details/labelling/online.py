@@ -169,8 +169,7 @@ class OnlineCollection:
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
-            self.journal.add([(r, best, self.answers.labeller(r)) for r, best in known if best is not UNKNOWN],
-                             self.pad_id)
+            self.journal.add([(r, b, self.answers.labeller(r)) for r, b in known if b is not UNKNOWN], self.pad_id)
         self.requests -= sum(best is None for r, best in known)
 
     def request(self, update: int, policy) -> None:
