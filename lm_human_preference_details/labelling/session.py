@@ -50,16 +50,17 @@ def check_output_path(raw: str) -> Path:
     return output
 
 
-def render(items: list[dict], decisions: Decisions, train_on: str) -> bytes:
+def render(items: list[dict], decisions: Decisions, train_on: str, names: bool = True) -> bytes:
     """The label file of the items labelled so far, in item order: OpenAI's records {query, sample0..3, best} (what
     trains: journal.training_label), with "labeller" (whose label ``best`` is) and "labels" (every label of the item,
-    {labeller, best}, in the order given) added; OpenAI's loader and ours ignore the two."""
+    {labeller, best}, in the order given) added; OpenAI's loader and ours ignore the two. ``names`` False: without
+    them, as the tool wrote label files before labellers had names."""
     records = []
     for i, labels in sorted(decisions.labels.items()):
         labeller, best = training_label(labels, train_on)
+        named = {"labeller": labeller, "labels": [{"labeller": who, "best": b} for who, b in labels]} if names else {}
         records.append({"query": items[i]["query"], **{f"sample{j}": s for j, s in enumerate(items[i]["samples"])},
-                        "best": best, "labeller": labeller,
-                        "labels": [{"labeller": who, "best": b} for who, b in labels]})
+                        "best": best, **named})
     return json.dumps(records).encode()
 
 
@@ -250,10 +251,11 @@ class LabelSession(PageItems):
             header, events, complete = journal.read(output)
             check_flags(header, flags, output)
             session = cls(output, journal, header, events[:-1])
-            renders = [session.render()]  # before the last choice, and after it
+            # before the last choice, and after it; each also as written before labellers had names
+            renders = [session.render(), render(session.items, session.decisions, session.train_on, names=False)]
             for event in events[-1:]:
                 session.decisions.apply(event)
-                renders.append(session.render())
+                renders += [session.render(), render(session.items, session.decisions, session.train_on, names=False)]
             check_output_is_ours(output, journal.path, renders)
         except UserError:
             journal.close()
@@ -261,7 +263,7 @@ class LabelSession(PageItems):
         journal.cut_to(complete)
         if output.exists():
             session.written = identity(output)
-        if session.written is None or output.read_bytes() != renders[-1]:
+        if session.written is None or output.read_bytes() != session.render():
             session.write_output()
         return session
 
