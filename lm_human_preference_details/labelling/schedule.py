@@ -103,9 +103,9 @@ class OnlineHParams:
         if self.labeller_name is not None and self.labeller != "command":
             raise UserError(f"--online.labeller-name names the command labeller; --online.labeller {self.labeller} "
                             "records its own name (gold: gold; page: the name each person gives the page): drop it")
-        if self.labeller == "command" and (why := labeller_problem(self.command_name())) is not None:
-            raise UserError(f"--online.labeller-name {self.command_name()!r}: a {why.split(' must be ')[1]}; pass "
-                            "another")
+        if self.labeller == "command" and labeller_problem(self.command_name()) is not None:
+            raise UserError(f"--online.labeller-name {self.command_name()!r} is not a name of 1..64 printable "
+                            "characters; pass another")
         if not 0 < self.timeout <= MAX_TIMEOUT_S:
             raise UserError(f"--online.timeout is {self.timeout:g}; pass a number of seconds, more than 0 and at most "
                             f"{MAX_TIMEOUT_S} (a week)")
