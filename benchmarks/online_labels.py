@@ -42,7 +42,7 @@ class Rewrite(OnlineLabelFile):
 
     def add(self, answered, pad_id: int) -> None:
         self.records.extend({"query": r.query, **{f"sample{i}": s for i, s in enumerate(r.samples)}, "best": b,
-                             "update": r.update} for r, b in answered if b is not None)
+                             "update": r.update, "labeller": who} for r, b, who in answered if b is not None)
         with atomic_path(self.path) as tmp:
             tmp.write_text(json.dumps(self.records))
             with open(tmp, "rb+") as f:
@@ -57,8 +57,8 @@ def measure(directory: Path, n: int, window: int, marks: list[int], args, layout
     rows, times = [], []
     for i, (request, best) in enumerate(requests(n, args.query_length, args.response_length), 1):
         start = time.perf_counter()
-        answers.record(request, best)
-        labels.add([(request, best)], PAD)
+        answers.record(request, best, "ann")
+        labels.add([(request, best, "ann")], PAD)
         times.append(time.perf_counter() - start)
         if i in marks:
             last = times[-window:]

@@ -21,9 +21,24 @@ from lm_human_preference_details.utils.files import atomic_path
 PAIRS, BEST_OF_N = "pairs", "best_of_4"  # the dataset's two configurations
 
 
+def record_labels(path: Path, i: int, record: dict, n: int) -> list[tuple[str, int]]:
+    """A record's labels (labeller, best): each of its "labels" (several labellers), else its one label by its
+    "labeller" (a plain OpenAI file: "" for none); every best checked to be in 0..n-1."""
+    labels = record.get("labels") or [{"labeller": record.get("labeller", ""), "best": record.get("best")}]
+    found = []
+    for label in [{"best": record.get("best")}, *labels]:
+        best = label.get("best") if isinstance(label, dict) else None
+        if not isinstance(best, int) or isinstance(best, bool) or not 0 <= best < n:
+            raise UserError(f"label file {path}, record {i}: field 'best' must be an int in 0..{n - 1}, got {best!r}")
+        found.append((str(label.get("labeller", "")), best))
+    return found[1:]
+
+
 def label_rows(source: str | Path, tokenizer) -> tuple[list[dict], list[dict]]:
-    """A best-of-N label file -> (pairs: N - 1 rows per label, the chosen sample against each other one; the labels
-    themselves in OpenAI's schema, with their texts). Texts leave out the pads 50259."""
+    """A best-of-N label file -> (pairs: N - 1 rows per record, its training choice `best` against each other sample;
+    one best_of_4 row per label, in OpenAI's schema with its texts and its `labeller` ("" when the file names none): an
+    item labelled by K labellers gives K rows, and `trains` marks the one whose best is the record's). Texts leave out
+    the pads 50259."""
     path = Path(source)
     records = read_records(path)
     if not records:
@@ -35,12 +50,13 @@ def label_rows(source: str | Path, tokenizer) -> tuple[list[dict], list[dict]]:
     for i, record in enumerate(records):
         query = record_tokens(path, i, record, "query", lengths.get("query", 0), OAI_PAD)
         samples = [record_tokens(path, i, record, f"sample{j}", lengths.get(f"sample{j}", 0), OAI_PAD) for j in range(n)]
-        best = record.get("best")
-        if not isinstance(best, int) or isinstance(best, bool) or not 0 <= best < n:
-            raise UserError(f"label file {path}, record {i}: field 'best' must be an int in 0..{n - 1}, got {best!r}")
+        given = record_labels(path, i, record, n)
+        best = record["best"]
         texts = [tokenizer.decode([t for t in tokens if t != OAI_PAD]) for tokens in [query, *samples]]
-        labels.append({"label": i, "query": texts[0], **{f"sample{j}": texts[1 + j] for j in range(n)}, "best": best,
-                       "query_tokens": query, **{f"sample{j}_tokens": s for j, s in enumerate(samples)}})
+        trains = str(record.get("labeller", given[0][0]))  # whose label the record's best is
+        labels += [{"label": i, "query": texts[0], **{f"sample{j}": texts[1 + j] for j in range(n)}, "best": b,
+                    "labeller": who, "trains": who == trains and b == best, "query_tokens": query,
+                    **{f"sample{j}_tokens": s for j, s in enumerate(samples)}} for who, b in given]
         pairs += [{"prompt": texts[0], "chosen": texts[1 + best], "rejected": texts[1 + j], "label": i,
                    "chosen_sample": best, "rejected_sample": j} for j in range(n) if j != best]
     return pairs, labels
@@ -63,10 +79,13 @@ tags:
 Best-of-{n} human labels in OpenAI's lm-human-preferences schema, as a Hugging Face dataset.
 
 - `{pairs}` (default): prompt / chosen / rejected, the reward-data columns of TRL's reward trainer. Each best-of-{n}
-  label gives {n_minus_1} rows: the chosen sample against each of the other {n_minus_1} samples (`label` says which label,
+  label that trains (the file's `best`) gives {n_minus_1} rows:
+  the chosen sample against each of the other {n_minus_1} samples (`label` says which label,
   `chosen_sample` and `rejected_sample` which samples). {n_pairs} rows.
-- `{best_of_n}`: one row per label: `query`, `sample0`..`sample{last}` as text, `best`, and their tokens as in the file
-  (`*_tokens`, GPT-2 ids, pad 50259). {n_labels} rows.
+- `{best_of_n}`: one row per label: `query`, `sample0`..`sample{last}` as text, `best`, `labeller` (who gave it; empty
+  when the file names none), `trains` (whether it is the label the record trains on: an item labelled by several
+  labellers has a row for each, `label` says which item) and the tokens as in the file (`*_tokens`, GPT-2 ids, pad
+  50259). {n_labels} rows.
 
 ```python
 import datasets

@@ -11,7 +11,8 @@ them
 (E2 truncate and score). A page served by the standard library on 127.0.0.1 (another address only with --host) shows each query
 with its
 four responses; each choice is journaled and written to --output at once (labelling/session.py). Run the same command
-again to continue where you stopped.
+again to continue where you stopped. Several people may label at once, each under the name they give the page; with
+--labels-per-item K an item is shown to K of them (docs/labelling.md, "Several labellers").
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 import tyro
 
 from lm_human_preference_details.cli.parsing import parse_args
-from lm_human_preference_details.labelling.journal import N_SAMPLES
+from lm_human_preference_details.labelling.journal import N_SAMPLES, TRAIN_ON
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import LabelSession, check_output_path
 from lm_human_preference_details.labels import OAI_PAD
@@ -58,6 +59,16 @@ class Args:
     """queries to label, four responses each"""
     seed: int = 1
     """seed of the query order and of the sampling draws: the same seed gives the same items"""
+    labels_per_item: int = 1
+    """labels wanted for each of the first --repeat-share of the items, each from another labeller (the name each
+    gives the page); the others want one. The paper's practice: a share of the items labelled more than once, to
+    measure agreement (python -m lm_human_preference_details.agreement)"""
+    repeat_share: float = 1.0
+    """the share of the items, 0..1, that want --labels-per-item labels: the first round(share * --num-queries) of the
+    seeded order (halves up); the others want one"""
+    train_on: Literal["first", "majority"] = "first"
+    """which label of an item is its `best`, the one train_reward.py trains on: first, the item's first label;
+    majority, the sample most labellers chose, a tie settled by the earliest label among the tied samples"""
     host: str = "127.0.0.1"
     """address the page is served on; anything but a loopback address lets other machines label"""
     port: int = 8765
@@ -71,6 +82,12 @@ class Args:
         """The task's defaults, and a one-line error for each bad flag, before anything is loaded or written."""
         check_at_least("--num-queries", self.num_queries, 1, "queries to label")
         check_seed(self.seed, 1)
+        check_at_least("--labels-per-item", self.labels_per_item, 1, "labels wanted for an item")
+        if not 0 <= self.repeat_share <= 1:  # NaN too
+            raise UserError(f"--repeat-share {self.repeat_share} is not a share; pass a number in 0..1 (the share of the "
+                            "items that want --labels-per-item labels)")
+        if self.train_on not in TRAIN_ON:
+            raise UserError(f"--train-on {self.train_on!r} is not one of {', '.join(TRAIN_ON)}; pass one of them")
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port {self.port} is not a TCP port; pass 1..65535, or 0 for any free port")
         if not self.host.strip():  # an empty address binds every interface of the machine: never by accident
@@ -96,7 +113,8 @@ class Args:
     def session_flags(self) -> dict:
         """The flags that fix a session's items: a session continues only with the same."""
         return {"task_name": self.task_name, "task": dataclasses.asdict(self.task), "policy": self.policy_source(),
-                "num_queries": self.num_queries, "seed": self.seed}
+                "num_queries": self.num_queries, "seed": self.seed, "labels_per_item": self.labels_per_item,
+                "repeat_share": self.repeat_share, "train_on": self.train_on}
 
 
 def build_args(task_name: str) -> Args:

@@ -65,3 +65,20 @@ def test_openrlhf_export_scores_as_ours_after_its_normalisation(tiny_model_dir, 
     with torch.no_grad():
         ours = reward_model(tokens)
     torch.testing.assert_close(openrlhf_rewards(tmp_path / "openrlhf", ids, mask), ours, rtol=1e-5, atol=1e-5)
+
+
+def test_each_label_of_several_labellers_is_a_row_with_its_labeller_and_pairs_follow_the_training_choice(tmp_path):
+    import datasets
+
+    from lm_human_preference_details import export
+
+    named = [{**LABELS[0], "best": 1, "labeller": "ann",
+              "labels": [{"labeller": "ann", "best": 1}, {"labeller": "bob", "best": 2}]},
+             {**LABELS[1], "labeller": "bob", "labels": [{"labeller": "bob", "best": 3}]}]
+    (tmp_path / "labels.json").write_text(json.dumps(named))
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "out")])
+    labels = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "best_of_4.parquet"), split="train")
+    assert [(r["label"], r["labeller"], r["best"], r["trains"]) for r in labels] == [
+        (0, "ann", 1, True), (0, "bob", 2, False), (1, "bob", 3, True)]
+    pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pairs.parquet"), split="train")
+    assert [(r["label"], r["chosen_sample"]) for r in pairs] == [(0, 1)] * 3 + [(1, 3)] * 3  # ann's 1 trains, not bob's 2

@@ -147,7 +147,8 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
         # both tabs are shown an item, then both choose for the first one: one choice is kept, the other refused
         first = [call(url, f"/api/state?client={c}")[1]["item"]["index"] for c in "ab"]
         assert first == [0, 1]  # two tabs are shown two items
-        statuses = sorted(call(url, "/api/label", {"client": c, "item": 0, "best": b})[0] for c, b in (("a", 1), ("b", 2)))
+        statuses = sorted(call(url, "/api/label", {"client": c, "labeller": "ann", "item": 0, "best": b})[0]
+                          for c, b in (("a", 1), ("b", 2)))
         assert statuses == [200, 409]
         shown = {c: [] for c in "ab"}
 
@@ -157,7 +158,8 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
                 if item is None:
                     return
                 shown[client].append(item["index"])
-                call(url, "/api/label", {"client": client, "item": item["index"], "best": item["index"] % 4})
+                call(url, "/api/label", {"client": client, "labeller": "ann", "item": item["index"],
+                                         "best": item["index"] % 4})
 
         tabs = [threading.Thread(target=tab, args=(c,)) for c in "ab"]
         for t in tabs:
@@ -228,7 +230,7 @@ def test_kill_9_loses_no_label_and_a_restart_shows_the_same_items(cache, tmp_pat
         for best in (2, 0, 3):
             item = call(url, "/api/state?client=a")[1]["item"]
             shown.append(item)
-            assert call(url, "/api/label", {"client": "a", "item": item["index"], "best": best})[0] == 200
+            assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": item["index"], "best": best})[0] == 200
         fourth = call(url, "/api/state?client=a")[1]["item"]
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lm_human_preference_details.labelling.journal import is_int
+from lm_human_preference_details.labelling.journal import ANONYMOUS, is_int, labeller_problem
 from lm_human_preference_details.utils.errors import UserError
 
 UNKNOWN = object()  # no answer recorded for a request (None is an answer: the request was skipped)
@@ -50,11 +50,12 @@ class Request:
 
 
 class AnswerRecord:
-    """RUN/online/answers.jsonl: {"key", "hash", "best"} a line (best null: skipped), append-only, fsynced per answer."""
+    """RUN/online/answers.jsonl: {"key", "hash", "best", "labeller"} a line (best null: skipped), append-only, fsynced
+    per answer. A line without "labeller" (recorded before labellers had names) is ANONYMOUS's."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.answers: dict[str, tuple[str, Optional[int]]] = {}  # key -> (hash, best)
+        self.answers: dict[str, tuple[str, Optional[int], str]] = {}  # key -> (hash, best, labeller)
         for where, kind, is_kind in ((path.parent, "a directory", Path.is_dir), (path, "a file", Path.is_file)):
             if os.path.lexists(where) and not is_kind(where):
                 raise UserError(f"{where} is not {kind}: the run keeps its answers there; move it away (or put back the "
@@ -72,14 +73,15 @@ class AnswerRecord:
             try:
                 record = json.loads(line)
                 key, digest, best = record["key"], record["hash"], record["best"]
-            except (ValueError, KeyError, TypeError):
-                key = digest = best = None
+                labeller = record.get("labeller", ANONYMOUS)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                key = digest = best = labeller = None
             # a best is an index 0..3 or null (skipped), checked here as it is read, not when a model trains on it
-            if not (isinstance(key, str) and isinstance(digest, str) and
+            if not (isinstance(key, str) and isinstance(digest, str) and labeller_problem(labeller) is None and
                     (best is None or is_int(best) and 0 <= best < 4)):
                 raise UserError(f"{self.path} line {number} is not an answer this run recorded; the file was changed: "
                                 "restore it or start a new run (--output-dir)") from None
-            self.answers[key] = (digest, best)
+            self.answers[key] = (digest, best, labeller)
         return complete
 
     def __len__(self) -> int:
@@ -87,17 +89,22 @@ class AnswerRecord:
 
     def labels(self) -> set[tuple[str, int]]:
         """(hash, best) of every answer that is a label (not a skip)."""
-        return {(digest, best) for digest, best in self.answers.values() if best is not None}
+        return {(digest, best) for digest, best, _ in self.answers.values() if best is not None}
 
     def get(self, request: Request):
         """The answer recorded for ``request`` (an index, or None: skipped), or UNKNOWN."""
-        digest, best = self.answers.get(request.key, (None, None))
+        digest, best, _ = self.answers.get(request.key, (None, None, None))
         return best if digest == request.digest else UNKNOWN
 
-    def record(self, request: Request, best: Optional[int]) -> None:
-        """Append ``request``'s answer and fsync it: once this returns, a kill -9 does not lose it; when it raises (a
-        full disk), the record is as it was before, so a resume never takes the refused answer for a label."""
-        data = (json.dumps({"key": request.key, "hash": request.digest, "best": best}) + "\n").encode()
+    def labeller(self, request: Request) -> str:
+        """Who gave the answer recorded for ``request`` (`get` says whether there is one)."""
+        return self.answers[request.key][2]
+
+    def record(self, request: Request, best: Optional[int], labeller: str) -> None:
+        """Append ``request``'s answer by ``labeller`` and fsync it: once this returns, a kill -9 does not lose it; when
+        it raises (a full disk), the record is as it was before, so a resume never takes the refused answer for a label."""
+        line = {"key": request.key, "hash": request.digest, "best": best, "labeller": labeller}
+        data = (json.dumps(line) + "\n").encode()
         fd = self.file.fileno()
         end = os.fstat(fd).st_size
         try:
@@ -110,7 +117,7 @@ class AnswerRecord:
             except OSError:
                 pass
             raise
-        self.answers[request.key] = (request.digest, best)
+        self.answers[request.key] = (request.digest, best, labeller)
 
     def close(self) -> None:
         self.file.close()

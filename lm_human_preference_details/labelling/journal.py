@@ -1,9 +1,9 @@
 """The label tool's journal: the file of record of a labelling session, OUTPUT.session.jsonl, replayed on restart.
 
-Line 1 is the session (its flags and every item's tokens and texts), then one line per choice (label, skip, undo),
-appended and fsynced before the page hears "saved". Replaying it gives the session's Decisions; every line is checked
-as it is replayed, so a journal edited by hand (or by another program) is one line naming its line number, never a
-session built on events this tool could not have written.
+Line 1 is the session (its flags and every item's tokens and texts), then one line per choice (label, skip, undo; each
+names its tab, "client", and its labeller, "labeller"), appended and fsynced before the page hears "saved". Replaying
+it gives the session's Decisions; every line is checked as it is replayed, so a journal edited by hand (or by another
+program) is one line naming its line number, never a session built on events this tool could not have written.
 """
 
 from __future__ import annotations
@@ -11,16 +11,23 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import synced_temporary
 
-VERSION = 1  # of the journal's format
+VERSION = 1  # of the journal's format: events without "labeller" (written before names) are ANONYMOUS's
 N_SAMPLES = 4  # best_of_4, the type of every label file OpenAI released
+ANONYMOUS = "anonymous"  # the labeller of an event that names none (a journal written before labellers had names)
+MAX_NAME = 64  # characters of a labeller's name
+TRAIN_ON = ("first", "majority")  # which of an item's labels trains (training_label)
+# the session flags a journal written before they existed was made with
+SESSION_DEFAULTS = {"labels_per_item": 1, "repeat_share": 1.0, "train_on": "first"}
 
 
 def journal_path(output: Path) -> Path:
@@ -45,6 +52,10 @@ def header_problem(header) -> Optional[str]:
         return "not a labelling session's header"
     if not isinstance(header.get("output"), str) or not isinstance(header.get("flags"), dict):
         return "no output name or flags"
+    flags = {**SESSION_DEFAULTS, **header["flags"]}
+    if not (is_int(flags["labels_per_item"]) and flags["labels_per_item"] >= 1 and flags["train_on"] in TRAIN_ON
+            and isinstance(flags["repeat_share"], (int, float)) and 0 <= flags["repeat_share"] <= 1):
+        return "labels_per_item, repeat_share or train_on is not one the tool takes"
     items = header.get("items")
     if not isinstance(items, list) or not items:
         return "no items"
@@ -58,18 +69,27 @@ def header_problem(header) -> Optional[str]:
 
 
 class Decisions:
-    """What the events of a journal decided: each item's label or skip, and each tab's undoable choices, in order."""
+    """What the events of a journal decided: each item's labels (who chose which sample, in the order given), who
+    skipped it, and each tab's undoable choices, in order. Item i wants ``wants[i]`` labels, each from another labeller;
+    it is open to a labeller while it has fewer and that labeller has neither labelled nor skipped it."""
 
-    def __init__(self, n_items: int) -> None:
-        self.n_items = n_items
-        self.best: dict[int, int] = {}  # item -> chosen sample
-        self.skipped: set[int] = set()
-        self.history: dict[str, list[int]] = {}  # client -> the items it decided, oldest first
+    def __init__(self, wants: list[int]) -> None:
+        self.wants = wants
+        self.labels: dict[int, list[tuple[str, int]]] = {}  # item -> [(labeller, chosen sample)], in the order given
+        self.skipped: dict[int, set[str]] = {}  # item -> the labellers who skipped it
+        self.history: dict[str, list[tuple[int, str]]] = {}  # client -> the (item, labeller) it decided, oldest first
+
+    @classmethod
+    def of(cls, header: dict) -> Decisions:
+        """No decisions yet, for the items and flags of a session's ``header``."""
+        flags = {**SESSION_DEFAULTS, **header["flags"]}
+        return cls(wanted_labels(len(header["items"]), flags["labels_per_item"], flags["repeat_share"]))
 
     def after(self, event: dict) -> Decisions:
         """The decisions once ``event`` is applied (self unchanged: the event is applied only once it is saved)."""
-        new = Decisions(self.n_items)
-        new.best, new.skipped = dict(self.best), set(self.skipped)
+        new = Decisions(self.wants)
+        new.labels = {item: list(labels) for item, labels in self.labels.items()}
+        new.skipped = {item: set(who) for item, who in self.skipped.items()}
         new.history = {client: list(items) for client, items in self.history.items()}
         new.apply(event)
         return new
@@ -78,16 +98,23 @@ class Decisions:
         """Why ``event`` is not one this tool could have written next, or None."""
         if not isinstance(event, dict) or event.get("event") not in ("label", "skip", "undo"):
             return "not a label, skip or undo"
-        item, client = event.get("item"), event.get("client")
+        item, client, labeller = event.get("item"), event.get("client"), event.get("labeller", ANONYMOUS)
         if not isinstance(client, str):
             return "no client"
-        if not is_int(item) or not 0 <= item < self.n_items:
-            return f"item {item!r} is not in 0..{self.n_items - 1}"
+        if (why := labeller_problem(labeller)) is not None:
+            return why
+        if not is_int(item) or not 0 <= item < len(self.wants):
+            return f"item {item!r} is not in 0..{len(self.wants) - 1}"
         if event["event"] == "undo":
             mine = self.history.get(client)
-            return None if mine and mine[-1] == item else f"an undo of item {item} that client {client!r} did not decide last"
-        if not self.is_open(item):
-            return f"item {item} was decided already"
+            return None if mine and mine[-1] == (item, labeller) else \
+                f"an undo of item {item} that client {client!r} did not decide last as {labeller!r}"
+        if any(who == labeller for who, _ in self.labels.get(item, ())):
+            return f"labeller {labeller!r} labelled item {item} already"
+        if labeller in self.skipped.get(item, ()):
+            return f"labeller {labeller!r} skipped item {item} already"
+        if len(self.labels.get(item, ())) >= self.wants[item]:
+            return f"item {item} has the {self.wants[item]} label(s) it wants already"
         best = event.get("best")
         if event["event"] == "label" and not (is_int(best) and 0 <= best < N_SAMPLES):
             return f"best {best!r} is not in 0..{N_SAMPLES - 1}"
@@ -95,20 +122,56 @@ class Decisions:
 
     def apply(self, event: dict) -> None:
         """Replay one event (checked by ``problem``)."""
-        item, client = event["item"], event["client"]
+        item, client, labeller = event["item"], event["client"], event.get("labeller", ANONYMOUS)
         if event["event"] == "undo":
-            self.best.pop(item, None)
-            self.skipped.discard(item)
+            self.labels[item] = [label for label in self.labels.get(item, ()) if label[0] != labeller]
+            if not self.labels[item]:
+                del self.labels[item]
+            self.skipped.get(item, set()).discard(labeller)
             self.history[client].pop()
             return
         if event["event"] == "label":
-            self.best[item] = event["best"]
+            self.labels.setdefault(item, []).append((labeller, event["best"]))
         else:
-            self.skipped.add(item)
-        self.history.setdefault(client, []).append(item)
+            self.skipped.setdefault(item, set()).add(labeller)
+        self.history.setdefault(client, []).append((item, labeller))
 
-    def is_open(self, item: int) -> bool:
-        return item not in self.best and item not in self.skipped
+    def still_wanted(self, item: int) -> int:
+        """The labels item ``item`` still wants."""
+        return self.wants[item] - len(self.labels.get(item, ()))
+
+    def is_open(self, item: int, labeller: str = ANONYMOUS) -> bool:
+        """Whether ``labeller`` may label ``item``: it wants another label, and this labeller has not decided it."""
+        return (self.still_wanted(item) > 0 and labeller not in self.skipped.get(item, ())
+                and all(who != labeller for who, _ in self.labels.get(item, ())))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(labels given, skips, labels wanted in all)."""
+        return (sum(map(len, self.labels.values())), sum(map(len, self.skipped.values())), sum(self.wants))
+
+
+def wanted_labels(n_items: int, labels_per_item: int, repeat_share: float) -> list[int]:
+    """How many labels each item wants: the first round(repeat_share * n_items) items (halves up) ``labels_per_item``,
+    the others one (the paper's practice: a share of the items labelled more than once)."""
+    repeated = math.floor(repeat_share * n_items + 0.5)
+    return [labels_per_item if i < repeated else 1 for i in range(n_items)]
+
+
+def training_label(labels: list[tuple[str, int]], train_on: str) -> tuple[str, int]:
+    """The (labeller, best) that trains of an item's ``labels`` (in the order given): first, the first label; majority,
+    the most chosen sample, a tie settled by the earliest label among the tied samples."""
+    if train_on == "first":
+        return labels[0]
+    counts = Counter(best for _, best in labels)
+    top = max(counts.values())
+    return next(label for label in labels if counts[label[1]] == top)
+
+
+def labeller_problem(name) -> Optional[str]:
+    """Why ``name`` is not a labeller's name (a string of 1..64 printable characters, not all blanks), or None."""
+    if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable() and name.strip()):
+        return f"labeller must be a string of 1..{MAX_NAME} printable characters"
+    return None
 
 
 class SessionJournal:
@@ -168,7 +231,7 @@ class SessionJournal:
         why = header_problem(header)
         if why:
             raise self.damaged(1, why, output)
-        decisions, events = Decisions(len(header["items"])), []
+        decisions, events = Decisions.of(header), []
         for number, line in enumerate(lines[1:-1], start=2):
             event = parse_line(line)
             why = "not JSON" if event is None else decisions.problem(event)

@@ -1,9 +1,11 @@
 """Who labels the online collection's requests (online.py): one interface, asynchronous where the labeller is.
 
     submit(requests, record)   hand over requests (online_answers.Request); each answer is passed to ``record`` (which
-                               makes it durable) before it is handed back
-    poll(timeout)              -> the [(request, answer)] given since the last poll, waiting up to ``timeout`` seconds
-                               for one; an answer is the index of the best of the four samples, or None (skipped)
+                               makes it durable) with its labeller's name before it is handed back
+    poll(timeout)              -> the [(request, answer, labeller)] given since the last poll, waiting up to ``timeout``
+                               seconds for one; an answer is the index of the best of the four samples, or None
+                               (skipped); labeller the name of who gave it (gold: "gold"; command: --online.labeller-name;
+                               page: the name the person gave the page)
     waiting_for()              -> where PPO's labels come from, for the line the run prints while it waits
     close()                    stop what the labeller started
 
@@ -36,6 +38,7 @@ from typing import Callable, Optional
 import torch
 
 from lm_human_preference_details.labelling.answers import Request
+from lm_human_preference_details.labelling.journal import ANONYMOUS
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import PageItems
 from lm_human_preference_details.language.tokenizer import decode
@@ -45,20 +48,22 @@ from lm_human_preference_details.utils.errors import Stopped, UserError
 class AnswersAtOnce:
     """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
 
-    ready: tuple = ()  # [(request, answer)] answered since the last poll
+    ready: tuple = ()  # [(request, answer, labeller)] answered since the last poll
     stop_received: Callable[[], Optional[int]] = staticmethod(lambda: None)  # the run's stop (the collection's)
+    name: str  # the labeller's name, recorded with each of its answers
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
         queries = torch.tensor([r.query for r in requests])  # [b, query_length]
         samples = torch.tensor([r.samples for r in requests])  # [b, 4, response_length]
         for request, best in zip(requests, self.label(queries, samples)):
             self.answered(request, best, record)
 
-    def answered(self, request: Request, best: Optional[int], record: Callable[[Request, Optional[int]], None]) -> None:
-        record(request, best)
-        self.ready = (*self.ready, (request, best))
+    def answered(self, request: Request, best: Optional[int],
+                 record: Callable[[Request, Optional[int], str], None]) -> None:
+        record(request, best, self.name)
+        self.ready = (*self.ready, (request, best, self.name))
 
-    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int]]]:
+    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int], str]]:
         ready, self.ready = self.ready, ()
         return list(ready)
 
@@ -78,8 +83,18 @@ def split_command(command: str) -> list[str]:
     return argv
 
 
+def program_name(command: str) -> str:
+    """The file name of a command's program: its first argument ending in .py (`python judge.py` -> judge.py), else
+    the program itself (`./bin/my_judge --fast` -> my_judge); a command labeller's name by default."""
+    argv = split_command(command)
+    script = next((a for a in argv[1:] if a.endswith(".py")), argv[0])
+    return os.path.basename(script) or script
+
+
 class GoldLabeller(AnswersAtOnce):
     """A programmatic labeller: it answers every request at once."""
+
+    name = "gold"
 
     def __init__(self, tokenizer, gold_scores: Callable[[object, torch.Tensor], torch.Tensor]):
         self.tokenizer, self.gold_scores = tokenizer, gold_scores
@@ -108,8 +123,10 @@ class CommandLabeller(AnswersAtOnce):
     answers before it reads, or prints a line too many, is refused in one line naming the request, never matched by
     position."""
 
-    def __init__(self, command: str, tokenizer, timeout: float):
+    def __init__(self, command: str, tokenizer, timeout: float, name: Optional[str] = None):
+        """``name``: the labeller's, recorded with each answer (default: the program's file name, `program_name`)."""
         self.command, self.tokenizer, self.timeout = command, tokenizer, timeout
+        self.name = name if name is not None else program_name(command)
         self.asked = 0  # the id of the next request: the requests sent to this program so far
         self.buffer = b""  # output read past the last answer line
         try:
@@ -126,7 +143,7 @@ class CommandLabeller(AnswersAtOnce):
         """[b, q] queries, [b, 4, r] truncated and padded samples -> b answers (an index, or None: skipped)."""
         return [self.answer(query, four) for query, four in zip(queries.tolist(), samples.tolist())]
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
         """Each request asked in turn, its answer recorded as it comes (a kill loses none the program gave)."""
         for request in requests:
             self.answered(request, self.answer(request.query, request.samples), record)
@@ -289,19 +306,19 @@ class OnlineSession(PageItems):
         self.output = record_path  # where the answers go: the page names its directory when a disk is full
         self.items: list[dict] = []  # each request as the page shows it, with the request
         self.answers: dict[int, Optional[int]] = {}  # item -> best, None: skipped
-        self.ready: list[tuple[Request, Optional[int]]] = []  # answered since the run last asked
-        self.record: Callable[[Request, Optional[int]], None] = lambda request, best: None
+        self.ready: list[tuple[Request, Optional[int], str]] = []  # answered since the run last asked, and by whom
+        self.record: Callable[[Request, Optional[int], str], None] = lambda request, best, labeller: None
         super().__init__()
         self.answered = threading.Condition(self.lock)
 
-    def add(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+    def add(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
         texts = [(self.task.query_prefix + decode(self.tokenizer, r.query) + self.task.query_suffix,
                   [decode(self.tokenizer, s) for s in r.samples]) for r in requests]  # decoded outside the lock
         with self.lock:
             self.record = record
             self.items.extend({"request": r, "query_text": q, "sample_texts": s} for r, (q, s) in zip(requests, texts))
 
-    def take(self, timeout: float) -> list[tuple[Request, Optional[int]]]:
+    def take(self, timeout: float) -> list[tuple[Request, Optional[int], str]]:
         """The answers given since the last call, waiting up to ``timeout`` seconds for one."""
         with self.answered:
             if not self.ready and timeout > 0:
@@ -310,42 +327,47 @@ class OnlineSession(PageItems):
             return ready
 
     # ------------------------------------------------------------------ what the page asks (label_server.PageHandler)
-    def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
-        return self._answer(client, item, best)
+    def label(self, client: str, item: int, best: int, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
+        return self._answer(client, item, best, labeller)
 
-    def skip(self, client: str, item: int) -> tuple[bool, dict]:
-        return self._answer(client, item, None)
+    def skip(self, client: str, item: int, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
+        return self._answer(client, item, None, labeller)
 
-    def undo(self, client: str) -> tuple[bool, dict]:
+    def undo(self, client: str, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
         """Never: the run may have trained on the choice already."""
         with self.lock:
-            return False, self._state(client)
+            return False, self._state(client, labeller)
 
     # ------------------------------------------------------------------ inside the lock
-    def _answer(self, client: str, item: int, best: Optional[int]) -> tuple[bool, dict]:
-        """Record ``client``'s answer to ``item`` -> (recorded, state); refused when the item is answered already."""
+    def _answer(self, client: str, item: int, best: Optional[int], labeller: str) -> tuple[bool, dict]:
+        """Record ``labeller``'s answer (in tab ``client``) to ``item`` -> (recorded, state); refused when the item is
+        answered already (each request is asked once)."""
         with self.lock:
             if item >= len(self.items) or item in self.answers:
-                return False, self._state(client)
+                return False, self._state(client, labeller)
             request = self.items[item]["request"]
-            self.record(request, best)  # durable first: an OSError here answers "not kept", and nothing counts it
+            self.record(request, best, labeller)  # durable first: an OSError here answers "not kept", nothing counts it
             self.answers[item] = best
-            self.ready.append((request, best))
+            self.ready.append((request, best, labeller))
             self.leases.release(client)
             self.answered.notify_all()
-            return True, self._state(client)
+            return True, self._state(client, labeller)
 
     def _request_id(self, i: int) -> str:
         request = self.items[i]["request"]
         return f"{request.key}:{request.digest[:16]}"
 
-    def _is_open(self, item: int) -> bool:
+    def _is_open(self, item: int, labeller: str) -> bool:
         return item not in self.answers
 
-    def _state(self, client: str) -> dict:
+    def _still_wanted(self, item: int) -> int:
+        return int(item not in self.answers)
+
+    def _state(self, client: str, labeller: str) -> dict:
         skipped = sum(best is None for best in self.answers.values())
-        item = self._next_item(client)
-        return {"item": item, "labelled": len(self.answers) - skipped, "skipped": skipped, "leased": self._leased(client),
+        item = self._next_item(client, labeller)
+        return {"item": item, "labelled": len(self.answers) - skipped, "skipped": skipped,
+                "leased": self._leased(client, labeller),
                 "total": len(self.items), "can_undo": False, "output": str(self.output),
                 "message": None if item else IDLE}
 
@@ -362,10 +384,10 @@ class PageLabeller:
                                        name="labelling page", daemon=True)
         self.thread.start()
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int]], None]) -> None:
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
         self.session.add(requests, record)
 
-    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int]]]:
+    def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int], str]]:
         return self.session.take(timeout)
 
     def waiting_for(self) -> str:
@@ -385,4 +407,4 @@ def make_labeller(online, tokenizer, task, task_hparams, directory: Path):
         return GoldLabeller(tokenizer, task.gold_scores)
     if online.labeller == "page":
         return PageLabeller(online.host, online.port, tokenizer, task_hparams, directory / "answers.jsonl")
-    return CommandLabeller(online.command, tokenizer, online.timeout)
+    return CommandLabeller(online.command, tokenizer, online.timeout, online.labeller_name)

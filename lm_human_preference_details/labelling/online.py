@@ -143,7 +143,7 @@ class OnlineCollection:
         """The labeller's answers given since the last look (waiting up to ``timeout`` seconds for one) into the
         journal; a skipped request no longer counts as a request."""
         answered = self.labeller.poll(timeout)
-        for request, best in answered:
+        for request, best, _ in answered:
             self.pending.pop(request.key, None)
             self.requests -= best is None
         if answered:
@@ -158,7 +158,7 @@ class OnlineCollection:
             self.labeller.submit(unknown, self.answers.record)
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
-            self.journal.add([(r, best) for r, best in known if best is not UNKNOWN], self.pad_id)
+            self.journal.add([(r, b, self.answers.labeller(r)) for r, b in known if b is not UNKNOWN], self.pad_id)
         self.requests -= sum(best is None for r, best in known)
 
     def request(self, update: int, policy) -> None:

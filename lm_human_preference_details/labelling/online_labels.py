@@ -67,11 +67,12 @@ class OnlineLabelFile:
             self.records, self.ends = self.records[:n], self.ends[:n]
             self._write_at(self.ends[-1] if n else len(OPEN), b"")
 
-    def add(self, answered: list[tuple[Request, Optional[int]]], pad_id: int) -> None:
-        """Requests and their answers (None: skipped, not kept), in the order given: appended."""
+    def add(self, answered: list[tuple[Request, Optional[int], str]], pad_id: int) -> None:
+        """Requests, their answers (None: skipped, not kept) and who gave them, in the order given: appended."""
         to_oai = lambda tokens: [OAI_PAD if t == pad_id else t for t in tokens]  # noqa: E731
         new = [{"query": to_oai(request.query), **{f"sample{i}": to_oai(request.samples[i]) for i in range(BEST_OF)},
-                "best": best, "update": request.update} for request, best in answered if best is not None]
+                "best": best, "update": request.update, "labeller": labeller}
+               for request, best, labeller in answered if best is not None]
         if not new:
             return
         if not os.path.exists(self.path):

@@ -22,7 +22,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional, get_args
 
-from lm_human_preference_details.labelling.labellers import check_can_serve, split_command
+from lm_human_preference_details.labelling.journal import labeller_problem
+from lm_human_preference_details.labelling.labellers import check_can_serve, program_name, split_command
 from lm_human_preference_details.utils.checks import check_at_least
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.torchrun import torchrun_world
@@ -52,6 +53,9 @@ class OnlineHParams:
     command: Optional[str] = None
     """the command labeller's program: one JSON request a line on its stdin, one answer `ID BEST` a line on its stdout;
     ID is the request's id, BEST is 0-3 or skip (docs/online.md)"""
+    labeller_name: Optional[str] = None
+    """the command labeller's name, recorded with each of its answers (answers.jsonl, labels.json), 1..64 printable
+    characters; default the program's file name: judge.py for `python judge.py`, my_judge for `./my_judge --fast`"""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
     host: str = "127.0.0.1"
@@ -62,6 +66,10 @@ class OnlineHParams:
     @property
     def enabled(self) -> bool:
         return self.num_labels > 0
+
+    def command_name(self) -> str:
+        """The command labeller's name: --online.labeller-name, else its program's file name."""
+        return self.labeller_name if self.labeller_name is not None else program_name(self.command)
 
     def check(self, initial_labels: int, task) -> None:
         """The flags against each other and ``task`` (a tasks.Task), each failure one line naming the flag, before
@@ -92,6 +100,12 @@ class OnlineHParams:
             raise UserError("--online.labeller command needs --online.command, the program to run")
         if self.labeller == "command":
             split_command(self.command)  # an unterminated quote or a lone backslash: one line now
+        if self.labeller_name is not None and self.labeller != "command":
+            raise UserError(f"--online.labeller-name names the command labeller; --online.labeller {self.labeller} "
+                            "records its own name (gold: gold; page: the name each person gives the page): drop it")
+        if self.labeller == "command" and labeller_problem(self.command_name()) is not None:
+            raise UserError(f"--online.labeller-name {self.command_name()!r} is not a name of 1..64 printable "
+                            "characters; pass another")
         if not 0 < self.timeout <= MAX_TIMEOUT_S:
             raise UserError(f"--online.timeout is {self.timeout:g}; pass a number of seconds, more than 0 and at most "
                             f"{MAX_TIMEOUT_S} (a week)")

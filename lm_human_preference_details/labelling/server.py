@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs, urlsplit
 
-from lm_human_preference_details.labelling.journal import N_SAMPLES, is_int, refuse_constant
+from lm_human_preference_details.labelling.journal import ANONYMOUS, N_SAMPLES, is_int, labeller_problem, refuse_constant
 from lm_human_preference_details.labelling.session import StaleChoice
 from lm_human_preference_details.utils.errors import UserError
 
 PAGE = Path(__file__).with_name("page.html")
 MAX_BODY = 4096  # bytes of a request body the page may send
-CALLS = {"/api/label": ("item", "best"), "/api/skip": ("item",), "/api/undo": (), "/api/alive": (),
-         "/api/release": ()}  # -> fields
+CALLS = {"/api/label": ("item", "best", "labeller"), "/api/skip": ("item", "labeller"), "/api/undo": (),
+         "/api/alive": (), "/api/release": ()}  # -> fields
 
 
 class PageHandler(http.server.BaseHTTPRequestHandler):
@@ -43,8 +43,11 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
         if url.path == "/":
             self.reply(200, self.server.page, "text/html; charset=utf-8")
         elif url.path == "/api/state":
-            client = parse_qs(url.query).get("client", [""])[0]
-            self.reply_json(200, self.server.session.state(client[:64]))
+            query = parse_qs(url.query)
+            client, labeller = query.get("client", [""])[0], query.get("labeller", [ANONYMOUS])[0]
+            if (why := labeller_problem(labeller)) is not None:
+                return self.reply_json(400, {"error": f"bad request: {why}"})
+            self.reply_json(200, self.server.session.state(client[:64], labeller))
         else:
             self.reply_json(404, {"error": f"no page {url.path}"})
 
@@ -67,11 +70,11 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
             if "item" in CALLS[self.path]:
                 session.check_request(body["item"], body.get("request"))
             if self.path == "/api/label":
-                done, state = session.label(body["client"], body["item"], body["best"])
+                done, state = session.label(body["client"], body["item"], body["best"], body["labeller"])
             elif self.path == "/api/skip":
-                done, state = session.skip(body["client"], body["item"])
+                done, state = session.skip(body["client"], body["item"], body["labeller"])
             elif self.path == "/api/undo":
-                done, state = session.undo(body["client"])
+                done, state = session.undo(body["client"], body.get("labeller", ANONYMOUS))
             else:  # the tab's heartbeat, or its last word as it closes
                 (session.alive if self.path == "/api/alive" else session.release)(body["client"])
                 return self.reply_json(200, {})
@@ -108,8 +111,9 @@ class BadRequest(ValueError):
 
 def request_fields(data: bytes, names: tuple[str, ...], n_items: int) -> dict:
     """The fields of a POST's JSON body, each checked: client a string of 1..64 characters, request (the item's, as the
-    page was shown it) a string if given, and of ``names``, item an integer in 0..n_items-1 and best one in 0..3 (JSON
-    numbers only: NaN and Infinity are refused)."""
+    page was shown it) a string if given, and of ``names``, item an integer in 0..n_items-1, best one in 0..3 (JSON
+    numbers only: NaN and Infinity are refused) and labeller a name of 1..64 printable characters (undo's labeller,
+    the page's, where given)."""
     try:
         body = json.loads(data, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as e:
@@ -121,7 +125,10 @@ def request_fields(data: bytes, names: tuple[str, ...], n_items: int) -> dict:
         raise BadRequest("client must be a string of 1..64 characters")
     if "request" in body and not (isinstance(body["request"], str) and len(body["request"]) <= 128):
         raise BadRequest("request must be a string of at most 128 characters")
-    for name in names:
+    if "labeller" in names or "labeller" in body:
+        if (why := labeller_problem(body.get("labeller"))) is not None:
+            raise BadRequest(why)
+    for name in (n for n in names if n != "labeller"):
         # an item named with its request may lie past the items now (a page shown before a resume): the session says so
         limit = {"item": n_items if "request" not in body else 2**31, "best": N_SAMPLES}[name]
         if not (is_int(body.get(name)) and 0 <= body[name] < limit):

@@ -23,7 +23,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from lm_human_preference_details.labelling.journal import VERSION, Decisions, SessionJournal, fsync_dir, journal_path
+from lm_human_preference_details.labelling.journal import (
+    ANONYMOUS,
+    SESSION_DEFAULTS,
+    VERSION,
+    Decisions,
+    SessionJournal,
+    fsync_dir,
+    journal_path,
+    training_label,
+)
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import cannot_write_in, remove_leftovers, synced_temporary
 
@@ -41,10 +50,17 @@ def check_output_path(raw: str) -> Path:
     return output
 
 
-def render(items: list[dict], best: dict[int, int]) -> bytes:
-    """The label file of the items labelled so far: OpenAI's records {query, sample0..3, best}, in item order."""
-    records = [{"query": items[i]["query"], **{f"sample{j}": s for j, s in enumerate(items[i]["samples"])}, "best": b}
-               for i, b in sorted(best.items())]
+def render(items: list[dict], decisions: Decisions, train_on: str, names: bool = True) -> bytes:
+    """The label file of the items labelled so far, in item order: OpenAI's records {query, sample0..3, best} (what
+    trains: journal.training_label), with "labeller" (whose label ``best`` is) and "labels" (every label of the item,
+    {labeller, best}, in the order given) added; OpenAI's loader and ours ignore the two. ``names`` False: without
+    them, as the tool wrote label files before labellers had names."""
+    records = []
+    for i, labels in sorted(decisions.labels.items()):
+        labeller, best = training_label(labels, train_on)
+        named = {"labeller": labeller, "labels": [{"labeller": who, "best": b} for who, b in labels]} if names else {}
+        records.append({"query": items[i]["query"], **{f"sample{j}": s for j, s in enumerate(items[i]["samples"])},
+                        "best": best, **named})
     return json.dumps(records).encode()
 
 
@@ -87,14 +103,15 @@ class Leases:
     """Which item each tab is shown: kept from the other tabs until LEASE_S after that tab's last sign of life."""
 
     def __init__(self) -> None:
-        self.held: dict[str, tuple[int, float]] = {}  # client -> (item shown to it, its last sign of life)
+        self.held: dict[str, tuple[int, float, str]] = {}  # client -> (item shown to it, its last sign of life, labeller)
 
-    def hold(self, client: str, item: int) -> None:
-        self.held[client] = (item, time.monotonic())
+    def hold(self, client: str, item: int, labeller: str) -> None:
+        self.held[client] = (item, time.monotonic(), labeller)
 
     def renew(self, client: str) -> None:
         if client in self.held:
-            self.hold(client, self.held[client][0])
+            item, _, labeller = self.held[client]
+            self.hold(client, item, labeller)
 
     def release(self, client: str) -> None:
         self.held.pop(client, None)
@@ -102,10 +119,15 @@ class Leases:
     def mine(self, client: str) -> Optional[int]:
         return self.held[client][0] if client in self.held else None
 
-    def others(self, client: str, is_open) -> set[int]:
-        """The open items other live tabs hold (a closed tab's lease ends LEASE_S after its last sign of life)."""
+    def others(self, client: str) -> dict[int, list[str]]:
+        """The items other live tabs hold -> the labellers of those tabs (a closed tab's lease ends LEASE_S after its
+        last sign of life)."""
         now = time.monotonic()
-        return {i for c, (i, seen) in self.held.items() if c != client and now - seen < LEASE_S and is_open(i)}
+        held: dict[int, list[str]] = {}
+        for c, (i, seen, labeller) in self.held.items():
+            if c != client and now - seen < LEASE_S:
+                held.setdefault(i, []).append(labeller)
+        return held
 
 
 class StaleChoice(Exception):
@@ -115,7 +137,9 @@ class StaleChoice(Exception):
 class PageItems:
     """What the page asks of a session that shows items to tabs (this module's LabelSession, the online run's
     labellers.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
-    are still open (``_is_open``) and what the page is told (``_state``, called inside the lock)."""
+    are open to a labeller (``_is_open``), how many labels an item still wants (``_still_wanted``) and what the page is
+    told (``_state``, called inside the lock). A tab's lease keeps its item from the other tabs only as many times as
+    the item still wants labels, and never from a tab of another labeller more than that."""
 
     items: list[dict]  # each with "query_text" and "sample_texts"
     requests_named = False  # whether every choice must name its item's request (`check_request`)
@@ -124,10 +148,11 @@ class PageItems:
         self.leases = Leases()
         self.lock = threading.Lock()
 
-    def state(self, client: str) -> dict:
-        """The item to show ``client`` (None when no open item is free) and the session's progress."""
+    def state(self, client: str, labeller: str = ANONYMOUS) -> dict:
+        """The item to show ``client``, whose labeller is ``labeller`` (None when no item open to it is free), and the
+        session's progress."""
         with self.lock:
-            return self._state(client)
+            return self._state(client, labeller)
 
     def alive(self, client: str) -> None:
         """``client``'s tab is still open: the item it is shown stays its own for another LEASE_S."""
@@ -140,23 +165,33 @@ class PageItems:
             self.leases.release(client)
 
     # ------------------------------------------------------------------ inside the lock
-    def _is_open(self, item: int) -> bool:
+    def _is_open(self, item: int, labeller: str) -> bool:
         raise NotImplementedError
 
-    def _state(self, client: str) -> dict:
+    def _still_wanted(self, item: int) -> int:
         raise NotImplementedError
 
-    def _next_item(self, client: str) -> Optional[dict]:
-        """The item this client holds if still open, else the first open item no live tab holds, as the page shows it
-        ({"index", "query", "samples"}); None when there is none."""
+    def _state(self, client: str, labeller: str) -> dict:
+        raise NotImplementedError
+
+    def _free(self, item: int, labeller: str, held: dict[int, list[str]]) -> bool:
+        """Whether ``item`` is open to ``labeller`` and the other live tabs (``held``) leave it free: none of them is
+        this labeller's, and they are fewer than the labels the item still wants."""
+        holders = held.get(item, [])
+        return (self._is_open(item, labeller) and labeller not in holders
+                and len(holders) < self._still_wanted(item))
+
+    def _next_item(self, client: str, labeller: str) -> Optional[dict]:
+        """The item this client holds if still open to its labeller, else the first item free for it (`_free`), as the
+        page shows it ({"index", "query", "samples"}); None when there is none."""
         mine = self.leases.mine(client)
-        if mine is not None and self._is_open(mine):
-            self.leases.renew(client)
+        if mine is not None and self._is_open(mine, labeller):
+            self.leases.hold(client, mine, labeller)
             return self._shown(mine)
-        taken = self.leases.others(client, self._is_open)
+        held = self.leases.others(client)
         for i in range(len(self.items)):
-            if self._is_open(i) and i not in taken:
-                self.leases.hold(client, i)
+            if self._free(i, labeller, held):
+                self.leases.hold(client, i, labeller)
                 return self._shown(i)
         self.leases.release(client)
         return None
@@ -180,9 +215,10 @@ class PageItems:
                 raise StaleChoice(f"item {item} is no longer the request this page showed (the run was resumed since); "
                                   "nothing was kept: the page reloads, choose again")
 
-    def _leased(self, client: str) -> int:
-        """How many open items other live tabs hold."""
-        return len(self.leases.others(client, self._is_open))
+    def _leased(self, client: str, labeller: str) -> int:
+        """How many items open to ``labeller`` other live tabs hold from it."""
+        held = self.leases.others(client)
+        return sum(self._is_open(i, labeller) and not self._free(i, labeller, held) for i in held)
 
 
 class LabelSession(PageItems):
@@ -191,7 +227,8 @@ class LabelSession(PageItems):
     def __init__(self, output: Path, journal: SessionJournal, header: dict, events: list[dict]):
         self.output, self.journal, self.header = output, journal, header
         self.items: list[dict] = header["items"]
-        self.decisions = Decisions(len(self.items))
+        self.train_on: str = {**SESSION_DEFAULTS, **header["flags"]}["train_on"]
+        self.decisions = Decisions.of(header)
         for event in events:
             self.decisions.apply(event)
         self.written: Optional[tuple[int, int]] = None  # the label file this session wrote last (identity)
@@ -214,10 +251,11 @@ class LabelSession(PageItems):
             header, events, complete = journal.read(output)
             check_flags(header, flags, output)
             session = cls(output, journal, header, events[:-1])
-            renders = [render(session.items, session.decisions.best)]  # before the last choice, and after it
+            # before the last choice, and after it; each also as written before labellers had names
+            renders = [session.render(), render(session.items, session.decisions, session.train_on, names=False)]
             for event in events[-1:]:
                 session.decisions.apply(event)
-                renders.append(render(session.items, session.decisions.best))
+                renders += [session.render(), render(session.items, session.decisions, session.train_on, names=False)]
             check_output_is_ours(output, journal.path, renders)
         except UserError:
             journal.close()
@@ -225,7 +263,7 @@ class LabelSession(PageItems):
         journal.cut_to(complete)
         if output.exists():
             session.written = identity(output)
-        if session.written is None or output.read_bytes() != renders[-1]:
+        if session.written is None or output.read_bytes() != session.render():
             session.write_output()
         return session
 
@@ -249,70 +287,84 @@ class LabelSession(PageItems):
 
     # ------------------------------------------------------------------ what the page asks
     def progress_line(self) -> str:
-        """"12 of 100 items labelled, 1 skipped", for the terminal."""
+        """"12 of 100 items labelled, 1 skipped" (K labels an item: "12 of 150 labels given, 1 skipped"), for the
+        terminal."""
         with self.lock:
-            labelled, skipped = len(self.decisions.best), len(self.decisions.skipped)
-        return f"{labelled} of {len(self.items)} items labelled, {skipped} skipped"
+            labelled, skipped, wanted = self.decisions.counts()
+        given = f"{labelled} of {wanted} labels given" if wanted != len(self.items) else \
+            f"{labelled} of {len(self.items)} items labelled"
+        return f"{given}, {skipped} skipped"
 
-    def label(self, client: str, item: int, best: int) -> tuple[bool, dict]:
-        """Record ``client``'s choice of sample ``best`` for ``item`` -> (recorded, state). Refused (False) when the
-        item was decided already, by this tab or another."""
-        return self._decide({"event": "label", "item": item, "best": best, "client": client})
+    def label(self, client: str, item: int, best: int, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
+        """Record ``labeller``'s choice (in tab ``client``) of sample ``best`` for ``item`` -> (recorded, state).
+        Refused (False) when the item is no longer open to this labeller (Decisions.is_open)."""
+        return self._decide({"event": "label", "item": item, "best": best, "client": client, "labeller": labeller})
 
-    def skip(self, client: str, item: int) -> tuple[bool, dict]:
-        """Record that ``client`` skipped ``item`` (it is not offered again) -> (recorded, state)."""
-        return self._decide({"event": "skip", "item": item, "client": client})
+    def skip(self, client: str, item: int, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
+        """Record that ``labeller`` (in tab ``client``) skipped ``item`` (not offered to them again) -> (recorded, state)."""
+        return self._decide({"event": "skip", "item": item, "client": client, "labeller": labeller})
 
-    def undo(self, client: str) -> tuple[bool, dict]:
+    def undo(self, client: str, labeller: str = ANONYMOUS) -> tuple[bool, dict]:
         """Take back ``client``'s last label or skip still in effect; the item is shown to it again -> (undone, state)."""
         with self.lock:
             mine = self.decisions.history.get(client)
             if not mine:
-                return False, self._state(client)
-            item = mine[-1]
-            self._record({"event": "undo", "item": item, "client": client})
-            self.leases.hold(client, item)
-            return True, self._state(client)
+                return False, self._state(client, labeller)
+            item, decided_as = mine[-1]
+            self._record({"event": "undo", "item": item, "client": client, "labeller": decided_as})
+            self.leases.hold(client, item, decided_as)
+            return True, self._state(client, labeller)
 
     # ------------------------------------------------------------------ inside the lock
     def _decide(self, event: dict) -> tuple[bool, dict]:
         with self.lock:
-            if self.decisions.problem(event) is not None:  # checked by the server: here, only a decided item
-                return False, self._state(event["client"])
+            if self.decisions.problem(event) is not None:  # checked by the server: here, only an item not open
+                return False, self._state(event["client"], event["labeller"])
             self._record(event)
             self.leases.release(event["client"])
-            return True, self._state(event["client"])
+            return True, self._state(event["client"], event["labeller"])
 
     def _record(self, event: dict) -> None:
         """SessionJournal ``event`` durably and rewrite the label file; if either fails, neither keeps it."""
         end = self.journal.append(event)
         after = self.decisions.after(event)
         try:
-            self.written = write_label_file(self.output, render(self.items, after.best), self.written)
+            self.written = write_label_file(self.output, render(self.items, after, self.train_on), self.written)
         except BaseException:
             self.journal.take_back(end)
             raise
         self.decisions = after
 
+    def render(self) -> bytes:
+        """The label file the decisions give."""
+        return render(self.items, self.decisions, self.train_on)
+
     def write_output(self) -> None:
         """Rewrite the label file from the decisions."""
-        self.written = write_label_file(self.output, render(self.items, self.decisions.best), self.written)
+        self.written = write_label_file(self.output, self.render(), self.written)
 
-    def _is_open(self, item: int) -> bool:
-        return self.decisions.is_open(item)
+    def _is_open(self, item: int, labeller: str) -> bool:
+        return self.decisions.is_open(item, labeller)
 
-    def _state(self, client: str) -> dict:
-        return {"item": self._next_item(client), "labelled": len(self.decisions.best),
-                "skipped": len(self.decisions.skipped), "leased": self._leased(client), "total": len(self.items),
+    def _still_wanted(self, item: int) -> int:
+        return self.decisions.still_wanted(item)
+
+    def _state(self, client: str, labeller: str) -> dict:
+        labelled, skipped, wanted = self.decisions.counts()
+        return {"item": self._next_item(client, labeller), "labelled": labelled, "skipped": skipped,
+                "wanted": wanted, "leased": self._leased(client, labeller), "total": len(self.items),
+                "yours": sum(any(who == labeller for who, _ in labels) for labels in self.decisions.labels.values()),
                 "can_undo": bool(self.decisions.history.get(client)), "output": str(self.output)}
 
 
 def check_flags(header: dict, flags: dict, output: Path) -> None:
-    """A session continues only with the flags that made its items."""
+    """A session continues only with the flags that made its items and its labels (a journal written before a flag
+    existed was made with its default, SESSION_DEFAULTS)."""
     flags = json.loads(json.dumps(flags))  # as the journal holds them (tuples become lists)
-    differ = sorted(k for k in set(flags) | set(header["flags"]) if flags.get(k) != header["flags"].get(k))
+    made = {**{k: v for k, v in SESSION_DEFAULTS.items() if k in flags}, **header["flags"]}
+    differ = sorted(k for k in set(flags) | set(made) if flags.get(k) != made.get(k))
     if differ:
-        was = ", ".join(f"{k}={header['flags'].get(k)!r}" for k in differ)
+        was = ", ".join(f"{k}={made.get(k)!r}" for k in differ)
         raise UserError(f"--output {output} is a session made with {was}; pass the same flags to continue it, or "
                         "another --output for a new one")
 

@@ -21,7 +21,20 @@ import tempfile
 import pytest
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
 
+from lm_human_preference_details import agreement
+
 WAIT_S = 120  # a bound on each wait for the page to change (a loaded 2-core machine)
+
+
+def give_name(browser, name: str) -> None:
+    """Answer the page's question for the labeller's name, as a person types it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    field = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "nameinput"))
+    WebDriverWait(browser, WAIT_S).until(lambda d: field.is_displayed())
+    field.send_keys(name)
+    browser.find_element(By.ID, "namego").click()
 
 
 
@@ -48,8 +61,10 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
     shown = lambda: browser.find_element(By.ID, "index").get_attribute("textContent")  # noqa: E731  "#3 of 8"
     try:
         browser.get(url)
+        give_name(browser, "ann")
         wait = WebDriverWait(browser, WAIT_S)
         wait.until(lambda d: shown() == "#1 of 8")
+        assert browser.find_element(By.ID, "name").text == "ann"  # in the header, kept by the browser
 
         def act(action, then: str) -> None:  # a click or a key press, then wait for the page to show the next item
             action()
@@ -113,3 +128,45 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
     assert len(losses) == 1 and 0 < losses[0] < 10
     assert "held-out accuracy on 1 labels" in result.stdout
     assert (run / "reward_model" / "config.json").is_file()
+
+
+def test_two_labellers_label_the_same_items_and_their_agreement_is_printed(assets, tmp_path, two_browsers, capsys):
+    """--labels-per-item 2 on the first 3 of 8 items (--repeat-share 0.375): ann and bob, each in a browser of their
+    own, are both shown items 1-3; the label file holds both labels with their names, and the agreement command
+    prints the figures worked out by hand."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    cache = tiny_offline_cache(tmp_path / "cache", assets)
+    out = tmp_path / "labels.json"
+    proc, url, _ = start_server(cache, out, "--labels-per-item", "2", "--repeat-share", "0.375")
+    choices = {"ann": [0, 1, 2], "bob": [0, 2, 2]}  # of items 1, 2 and 3
+    try:
+        for browser in two_browsers:
+            browser.get(url)
+        for browser, (name, chosen) in zip(two_browsers, choices.items()):
+            give_name(browser, name)
+            wait = WebDriverWait(browser, WAIT_S)
+            shown = lambda: browser.find_element(By.ID, "index").get_attribute("textContent")  # noqa: E731
+            for k, best in enumerate(chosen):
+                wait.until(lambda d: shown() == f"#{k + 1} of 8")
+                browser.find_element(By.ID, f"sample{best}").click()
+            # ann's tab holds item 4, the next to label, which wants one label: bob is shown item 5
+            wait.until(lambda d: shown() == {"ann": "#4 of 8", "bob": "#5 of 8"}[name])
+        assert two_browsers[1].find_element(By.ID, "counts").text == "6 / 11 labels, 3 yours"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+    records = read_labels(out)  # OpenAI's schema, as --labels.source reads it
+    assert [r["labels"] for r in records] == [[{"labeller": "ann", "best": a}, {"labeller": "bob", "best": b}]
+                                              for a, b in zip(choices["ann"], choices["bob"])]
+    assert [(r["labeller"], r["best"]) for r in records] == [("ann", 0), ("ann", 1), ("ann", 2)]  # the first trains
+    agreement.main([str(out)])
+    printed = capsys.readouterr().out.splitlines()
+    # ann & bob agree on items 1 and 3: 2 of 3 (66.7%), the one pair of labels per item
+    # kappa: n_ij = [2,0,0,0], [0,1,1,0], [0,0,2,0]; P_i = 1, 0, 1; P_bar = 2/3; p_j = [2, 1, 3, 0] / 6;
+    #   P_e = (4 + 1 + 9) / 36 = 7/18; kappa = (2/3 - 7/18) / (11/18) = 5/11 = 0.455
+    assert "  ann & bob      3      2  66.7%" in printed
+    assert "overall: 2 of 3 pairs of labels agree, 66.7% (chance 25.0%)" in printed
+    assert "Fleiss' kappa (4 choices, 3 items): 0.455 (P_bar 0.667, P_e 0.389; 0 is chance, 1 full agreement)" in printed

@@ -113,7 +113,8 @@ def give(url: str, count: int) -> list[tuple]:
     given = []
     for k in range(count):
         item = call(url, "/api/state?client=t")["item"]
-        state = call(url, "/api/label", {"client": "t", "item": item["index"], "request": item["request"], "best": k % 4})
+        state = call(url, "/api/label", {"client": "t", "labeller": "ann", "item": item["index"],
+                                         "request": item["request"], "best": k % 4})
         assert state["labelled"] >= k + 1  # saved: answered 200 (a refusal raises)
         given.append((item["query"], tuple(item["samples"]), k % 4))
     return given

@@ -20,8 +20,8 @@ def browser_paths() -> tuple[str, str]:
     pytest.skip(reason)
 
 
-@pytest.fixture()
-def browser():
+def chrome():
+    """A headless Chromium session of its own (its own profile: its own localStorage, as another person's browser)."""
     chromium, driver_path = browser_paths()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -31,6 +31,25 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,760",
                  "--proxy-server=direct://", "--disable-background-networking", "--lang=en-US"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+@pytest.fixture()
+def browser():
+    driver = chrome()
     yield driver
     driver.quit()
+
+
+@pytest.fixture()
+def two_browsers():
+    """Two browsers, as two labellers on two machines would have."""
+    first = chrome()
+    try:
+        second = chrome()
+    except BaseException:
+        first.quit()
+        raise
+    yield first, second
+    first.quit()
+    second.quit()

@@ -113,10 +113,11 @@ def fake_items(n: int) -> list[dict]:
              "sample_texts": [f"s{i}.{j}" for j in range(4)]} for i in range(n)]
 
 
-def expected_file(best: dict[int, int]) -> list[dict]:
-    """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items."""
-    return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b}
-            for i, b in sorted(best.items())]
+def expected_file(best: dict[int, int], labeller: str = "anonymous") -> list[dict]:
+    """The records the label file should hold for the choices ``best`` (item -> sample) of fake_items, each the one
+    label of its item, by ``labeller``."""
+    return [{"query": [i, i, OAI_PAD], **{f"sample{j}": [10 * i + j, OAI_PAD] for j in range(4)}, "best": b,
+             "labeller": labeller, "labels": [{"labeller": labeller, "best": b}]} for i, b in sorted(best.items())]
 
 
 def snapshot(directory: Path) -> dict[str, object]:

@@ -31,9 +31,9 @@ def request(batch: int, position: int, token: int = 7) -> Request:
 def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(tmp_path):
     path = tmp_path / "answers.jsonl"
     log = AnswerRecord(path)
-    log.record(request(0, 0), 2)
+    log.record(request(0, 0), 2, "gold")
     first = path.read_bytes()
-    log.record(request(0, 1), None)  # a skip is an answer too
+    log.record(request(0, 1), None, "gold")  # a skip is an answer too
     assert path.read_bytes().startswith(first) and path.read_bytes().count(b"\n") == 2  # appended, not rewritten
     log.close()
     with open(path, "ab") as f:
@@ -42,7 +42,7 @@ def test_the_record_appends_a_line_per_answer_and_drops_a_line_a_kill_cut_short(
     assert len(log) == 2 and log.get(request(0, 0)) == 2 and log.get(request(0, 1)) is None
     assert log.get(request(0, 2)) is UNKNOWN
     assert log.get(request(0, 0, token=8)) is UNKNOWN  # the same key, other tokens: not its answer
-    log.record(request(0, 2), 3)
+    log.record(request(0, 2), 3, "gold")
     log.close()
     assert [json.loads(line)["best"] for line in path.read_text().splitlines()] == [2, None, 3]
 
@@ -76,8 +76,8 @@ class SlowLabeller:
         r = self.queue.pop(0)
         best = None if self.given % 3 == 2 else 1
         self.given += 1
-        self.record(r, best)  # durable before it is handed over, as the page does
-        return [(r, best)]
+        self.record(r, best, "slow")  # durable before it is handed over, as the page does
+        return [(r, best, "slow")]
 
     def waiting_for(self):
         return "the slow labeller"
@@ -211,11 +211,13 @@ def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_pa
     session.add([request(0, 0), request(0, 1)], log.record)
     a, b = session.state("tab a")["item"]["index"], session.state("tab b")["item"]["index"]
     assert {a, b} == {0, 1}  # each tab its own request
-    assert session.label("tab a", a, 3)[0] and not session.label("tab b", a, 1)[0]  # the second answer is refused
-    assert session.skip("tab b", b)[0] and session.state("tab a")["item"] is None
-    assert not session.undo("tab a")[0]  # final: the run may have trained on it
-    assert session.take(0) == [(request(0, a), 3), (request(0, b), None)]
+    assert session.label("tab a", a, 3, "ann")[0] and not session.label("tab b", a, 1, "bob")[0]  # the second is refused
+    assert session.skip("tab b", b, "bob")[0] and session.state("tab a", "ann")["item"] is None
+    assert not session.undo("tab a", "ann")[0]  # final: the run may have trained on it
+    assert session.take(0) == [(request(0, a), 3, "ann"), (request(0, b), None, "bob")]  # each with who gave it
     assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
+    assert [json.loads(line)["labeller"] for line in (tmp_path / "answers.jsonl").read_text().splitlines()] == ["ann", "bob"]
+    assert AnswerRecord(tmp_path / "answers.jsonl").labeller(request(0, a)) == "ann"  # read back
 
 
 def test_a_resumed_run_may_serve_its_page_elsewhere_or_ask_a_fixed_program_but_not_another_labeller():
@@ -246,20 +248,20 @@ def test_a_page_shown_before_a_resume_is_refused_where_its_index_now_names_anoth
     a = call(url, "/api/state?client=a")[1]["item"]
     b = call(url, "/api/state?client=b")[1]["item"]
     assert (a["index"], b["index"]) == (0, 1)
-    assert call(url, "/api/label", {"client": "a", "item": 0, "request": a["request"], "best": 3})[0] == 200
+    assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 0, "request": a["request"], "best": 3})[0] == 200
     before.close(), log.close()  # killed, then resumed: the open requests submitted again, in order
 
     log, after = AnswerRecord(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
     after.submit(made[1:], log.record)
     url = after.server.url()
     for stale in ({"item": 1, "request": b["request"]}, {"item": 5, "request": b["request"]}):  # 0/2 now; past the items
-        status, answer = call(url, "/api/label", {"client": "b", **stale, "best": 2})
+        status, answer = call(url, "/api/label", {"client": "b", "labeller": "ann", **stale, "best": 2})
         assert status == 409 and answer["reload"] and not answer["kept"], answer
     assert log.get(made[1]) is UNKNOWN and log.get(made[2]) is UNKNOWN and after.poll() == []
     reloaded = call(url, "/api/state?client=b")[1]["item"]
     assert (reloaded["index"], reloaded["request"]) == (0, b["request"])  # the same request, at its new index
-    assert call(url, "/api/label", {"client": "b", "item": 0, "request": b["request"], "best": 2})[0] == 200
-    assert after.poll() == [(made[1], 2)] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
+    assert call(url, "/api/label", {"client": "b", "labeller": "ann", "item": 0, "request": b["request"], "best": 2})[0] == 200
+    assert after.poll() == [(made[1], 2, "ann")] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
     after.close(), log.close()
 
 
@@ -384,9 +386,9 @@ class SkipsAll:
     def submit(self, requests, record):
         self.asked += len(requests)
         assert self.asked < 10_000, "requests went out without end: the stop was not looked at"
-        self.given = [(r, None) for r in requests]
+        self.given = [(r, None, "judge") for r in requests]
         for r in requests:
-            record(r, None)
+            record(r, None, "judge")
 
     def poll(self, timeout=0.0):
         given, self.given = getattr(self, "given", []), []
@@ -436,12 +438,13 @@ def test_a_choice_refused_for_a_full_disk_is_never_a_label_after_a_resume(tmp_pa
     monkeypatch.setattr(online_answers.os, "fsync", full)
     for client in ("a", "b"):
         item = call(url, f"/api/state?client={client}")[1]["item"]
-        status, answer = call(url, "/api/label", {"client": client, "item": item["index"], "request": item["request"],
-                                                  "best": 1})
+        status, answer = call(url, "/api/label", {"client": client, "labeller": "ann", "item": item["index"],
+                                                  "request": item["request"], "best": 1})
         assert status == 507 and not answer["kept"], answer
     monkeypatch.undo()
     item = call(url, "/api/state?client=c")[1]["item"]
-    assert call(url, "/api/label", {"client": "c", "item": item["index"], "request": item["request"], "best": 2})[0] == 200
+    chosen = {"client": "c", "labeller": "ann", "item": item["index"], "request": item["request"], "best": 2}
+    assert call(url, "/api/label", chosen)[0] == 200
     page.close(), log.close()  # killed, then resumed
     resumed = AnswerRecord(path)
     assert [resumed.get(r) for r in made] == [UNKNOWN, UNKNOWN, 2] and len(path.read_text().splitlines()) == 1

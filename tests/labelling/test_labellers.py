@@ -126,7 +126,7 @@ def test_an_answer_is_never_taken_for_another_requests(tmp_path, tokenizer, body
             time.sleep(0.05)
     recorded = []
     with pytest.raises(UserError, match=re.escape(message)) as error:
-        labeller.submit(asked(tokenizer), lambda request, best: recorded.append((request.position, best)))
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: recorded.append((request.position, best)))
     assert "\n" not in str(error.value) and f"--online.command {labeller.command!r}" in str(error.value)
     assert recorded == [(0, 1)][:kept]  # request 0's own answer, where it gave one; never another request's
     if kept:
@@ -205,7 +205,7 @@ def test_a_stop_ends_a_wait_for_the_program_within_a_second_or_two(tmp_path, tok
     signalled = time.monotonic() + 0.5
     labeller.stop_received = lambda: signal.SIGTERM if time.monotonic() > signalled else None
     with pytest.raises(Stopped, match="stopped by SIGTERM while --online.command .*, request 0 was asked") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
     assert time.monotonic() - signalled < 2 + 3 and stopped.value.exit_code == 128 + signal.SIGTERM  # 3 s of slack
     assert until(lambda: ended(labeller.process.pid))
 
@@ -219,5 +219,5 @@ def test_a_program_ended_by_the_runs_own_stop_is_said_as_a_stop(tmp_path, tokeni
                                                 "signal.SIGTERM)\n"), tokenizer, timeout=600)
     labeller.stop_received = lambda: signal.SIGTERM if labeller.process.poll() is not None else None
     with pytest.raises(Stopped, match="stopped by SIGTERM") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
     assert stopped.value.exit_code == 128 + signal.SIGTERM

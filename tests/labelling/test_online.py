@@ -328,6 +328,8 @@ def test_under_torchrun_process_0_alone_runs_the_program_and_a_stop_on_process_1
 
 
 class SkipEveryThird(AnswersAtOnce):
+    name = "judge.py"
+
     def __init__(self):
         self.asked = 0
 

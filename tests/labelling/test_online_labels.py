@@ -19,12 +19,12 @@ def request(i: int) -> Request:
 
 def test_answers_are_written_in_openais_schema_and_a_skip_is_no_record(tmp_path):
     labels = OnlineLabelFile(tmp_path / "labels.json")
-    labels.add([(request(0), 2), (request(1), None), (request(2), 0)], PAD)
+    labels.add([(request(0), 2, "gold"), (request(1), None, "gold"), (request(2), 0, "ann")], PAD)
     written = json.loads((tmp_path / "labels.json").read_text())
     assert written == [{"query": [10, 50259], "sample0": [20, 50259], "sample1": [30, 31], "sample2": [40, 41],
-                        "sample3": [50, 51], "best": 2, "update": 3},
+                        "sample3": [50, 51], "best": 2, "update": 3, "labeller": "gold"},
                        {"query": [12, 50259], "sample0": [22, 50259], "sample1": [32, 31], "sample2": [40, 41],
-                        "sample3": [50, 51], "best": 0, "update": 3}]
+                        "sample3": [50, 51], "best": 0, "update": 3, "labeller": "ann"}]
     assert OnlineLabelFile(tmp_path / "labels.json").records == written  # read back as written
     labels.keep(1)
     assert json.loads((tmp_path / "labels.json").read_text()) == written[:1]
@@ -48,9 +48,9 @@ def test_a_file_that_is_not_the_runs_is_one_line_naming_it(tmp_path, damage, mes
 def test_a_resume_finds_the_file_cut_changed_or_without_its_answers(tmp_path):
     answers = AnswerRecord(tmp_path / "answers.jsonl")
     for i, best in ((0, 2), (1, 1)):
-        answers.record(request(i), best)
+        answers.record(request(i), best, "gold")
     labels = OnlineLabelFile(tmp_path / "labels.json")
-    labels.add([(request(0), 2), (request(1), 1)], PAD)
+    labels.add([(request(0), 2, "gold"), (request(1), 1, "gold")], PAD)
     digest = labels.digest(2)
     labels.check_resumed(2, digest, answers, PAD)  # as saved: nothing to say
     with pytest.raises(UserError, match="holds 2 records, fewer than the checkpoint's 3"):
@@ -65,9 +65,9 @@ def test_a_resume_finds_the_file_cut_changed_or_without_its_answers(tmp_path):
 def test_answers_are_appended_one_record_a_line_and_the_file_stays_a_json_list(tmp_path):
     path = tmp_path / "labels.json"
     labels = OnlineLabelFile(path)
-    labels.add([(request(0), 2)], PAD)
+    labels.add([(request(0), 2, "ann")], PAD)
     first, inode = path.read_bytes(), path.stat().st_ino
-    labels.add([(request(1), 1), (request(2), None), (request(3), 3)], PAD)
+    labels.add([(request(1), 1, "ann"), (request(2), None, "ann"), (request(3), 3, "ann")], PAD)
     data = path.read_bytes()
     # appended in place: the same file, its first record's line as it was, then one record a line
     assert path.stat().st_ino == inode and data.startswith(first[:-len(b"\n]\n")])
@@ -78,7 +78,7 @@ def test_answers_are_appended_one_record_a_line_and_the_file_stays_a_json_list(t
     labels.keep(2)  # cut back in place, then grown again
     assert json.loads(path.read_bytes()) == labels.records and len(labels) == 2
     assert path.read_text().count("\n") == 2 + 2  # still one record a line: "[", two records, "]"
-    labels.add([(request(4), 0)], PAD)
+    labels.add([(request(4), 0, "ann")], PAD)
     assert [r["query"][0] for r in json.loads(path.read_bytes())] == [10, 11, 14]
     assert OnlineLabelFile(path).records == labels.records
     labels.keep(0)
@@ -89,33 +89,33 @@ def test_answers_are_appended_one_record_a_line_and_the_file_stays_a_json_list(t
 def test_an_append_torn_by_a_power_cut_loses_only_that_write(tmp_path, cut, kept):
     path = tmp_path / "labels.json"
     labels = OnlineLabelFile(path)
-    labels.add([(request(0), 2), (request(1), 1)], PAD)
+    labels.add([(request(0), 2, "ann"), (request(1), 1, "ann")], PAD)
     before = path.read_bytes()
-    labels.add([(request(2), 0), (request(3), 3)], PAD)
+    labels.add([(request(2), 0, "ann"), (request(3), 3, "ann")], PAD)
     after = path.read_bytes()
     start = len(before) - len(b"\n]\n")  # the last write began here: cut it short at `cut` bytes from either end
     path.write_bytes(after[:start + cut] if cut > 0 else after[:cut])
     survived = OnlineLabelFile(path)
     assert survived.records == labels.records[:kept]
     assert json.loads(path.read_bytes()) == survived.records  # a whole list again, and appended to as before
-    survived.add([(request(5), 1)], PAD)
+    survived.add([(request(5), 1, "ann")], PAD)
     assert json.loads(path.read_bytes())[-1]["query"][0] == 15
 
 
 def test_an_older_runs_one_line_file_is_read_and_laid_out_again(tmp_path):
     path = tmp_path / "labels.json"
-    OnlineLabelFile(path).add([(request(0), 2), (request(1), 1)], PAD)
+    OnlineLabelFile(path).add([(request(0), 2, "ann"), (request(1), 1, "ann")], PAD)
     records = json.loads(path.read_bytes())
     path.write_text(json.dumps(records))  # as the run wrote it before it appended
     labels = OnlineLabelFile(path)
     assert labels.records == records and path.read_text().count("\n") == 4
-    labels.add([(request(2), 3)], PAD)
+    labels.add([(request(2), 3, "ann")], PAD)
     assert json.loads(path.read_bytes()) == records + [labels.records[-1]]
 
 
 def test_a_file_damaged_past_its_last_whole_record_is_refused(tmp_path):
     path = tmp_path / "labels.json"
-    OnlineLabelFile(path).add([(request(0), 2)], PAD)
+    OnlineLabelFile(path).add([(request(0), 2, "ann")], PAD)
     path.write_bytes(path.read_bytes()[:-3] + b",\ngarbage\nmore\n")  # not one torn line: changed
     with pytest.raises(UserError, match="is not JSON"):
         OnlineLabelFile(path)
@@ -123,7 +123,7 @@ def test_a_file_damaged_past_its_last_whole_record_is_refused(tmp_path):
 
 def test_a_reader_that_is_not_the_owner_never_writes_the_file(tmp_path):
     path = tmp_path / "labels.json"
-    OnlineLabelFile(path).add([(request(0), 2), (request(1), 1)], PAD)
+    OnlineLabelFile(path).add([(request(0), 2, "ann"), (request(1), 1, "ann")], PAD)
     data = path.read_bytes()
     for damaged in (data[:-5], json.dumps(json.loads(data)).encode()):  # an append torn (or under way); an old layout
         path.write_bytes(damaged)

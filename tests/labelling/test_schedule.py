@@ -63,3 +63,18 @@ def test_bad_online_flags_are_one_line_each(flags, message):
     with pytest.raises(UserError, match=message):
         online_args(*flags)
     assert not online_args().online.enabled  # off by default
+
+
+def test_the_command_labellers_name_defaults_to_its_program_and_is_checked():
+    from lm_human_preference_details.labelling.schedule import OnlineHParams
+
+    assert OnlineHParams(labeller="command", command="python judge.py --fast").command_name() == "judge.py"
+    assert OnlineHParams(labeller="command", command="./bin/my_judge -v").command_name() == "my_judge"
+    named = OnlineHParams(num_labels=8, retrainings=1, labeller="command", command="python judge.py",
+                          labeller_name="judge v2")
+    assert named.command_name() == "judge v2"
+    named.check(4, None)
+    with pytest.raises(UserError, match=r"--online.labeller-name 'a\\x07b' is not a name of 1..64 printable"):
+        OnlineHParams(num_labels=8, retrainings=1, labeller="command", command="j", labeller_name="a\x07b").check(4, None)
+    with pytest.raises(UserError, match="--online.labeller-name names the command labeller"):
+        OnlineHParams(num_labels=8, retrainings=1, labeller="page", labeller_name="ann").check(4, None)

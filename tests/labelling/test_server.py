@@ -47,7 +47,7 @@ def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
     with serving(session) as url:
         port = url.rstrip("/").rsplit(":", 1)[1]
         evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}  # a rebound DNS name
-        body = {"client": "x", "item": 0, "best": 0}
+        body = {"client": "x", "labeller": "ann", "item": 0, "best": 0}
         refused = [call(url, "/api/state?client=x", headers={"Host": evil["Host"]})[0],
                    call(url, "/api/label", body, evil)[0],
                    call(url, "/api/label", body, {"Origin": "http://evil.example"})[0],
@@ -63,7 +63,7 @@ def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
         local = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
         assert call(url, "/api/label", body, local)[0] == 200
     session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 0})
+    assert json.loads(out.read_text()) == expected_file({0: 0}, "ann")
 
 
 def test_a_request_from_another_page_is_refused(tmp_path):
@@ -72,9 +72,10 @@ def test_a_request_from_another_page_is_refused(tmp_path):
     server.session = session
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        status, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 0}, {"X-Lmhp-Label": "0"})
-        bad_best, _ = call(server.url(), "/api/label", {"client": "x", "item": 0, "best": 4})
-        no_item, _ = call(server.url(), "/api/skip", {"client": "x"})
+        status, _ = call(server.url(), "/api/label", {"client": "x", "labeller": "ann", "item": 0, "best": 0},
+                         {"X-Lmhp-Label": "0"})
+        bad_best, _ = call(server.url(), "/api/label", {"client": "x", "labeller": "ann", "item": 0, "best": 4})
+        no_item, _ = call(server.url(), "/api/skip", {"client": "x", "labeller": "ann"})
     finally:
         server.shutdown()
         server.server_close()
@@ -88,25 +89,34 @@ def test_every_request_field_is_checked_and_answered(tmp_path):
     session = LabelSession.create(out, FLAGS, fake_items(3))
     with serving(session) as url:
         headers = {"X-Lmhp-Label": "1", "Origin": url.rstrip("/"), "Content-Type": "application/json"}
-        bodies = [b'{"client": "a", "item": Infinity, "best": 1}', b'{"client": "a", "item": 1e400, "best": 1}',
-                  b'{"client": "a", "item": NaN, "best": 1}', b'{"client": "a", "item": "0", "best": 1}',
-                  b'{"client": "a", "item": true, "best": 1}', b'{"client": "a", "item": 3, "best": 1}',
-                  b'{"client": "a", "item": 0, "best": 7}', b'{"client": "a", "item": 0, "best": -1}',
-                  b'{"client": "a", "item": 0}', b'{"client": 5, "item": 0, "best": 1}', b'{"item": 0, "best": 1}',
-                  b'[0, 1]', b'{"client": "a", "item": 0, "best": 1']
+        ok = b'"client": "a", "labeller": "ann", '
+        bodies = [b'{' + ok + b'"item": Infinity, "best": 1}', b'{' + ok + b'"item": 1e400, "best": 1}',
+                  b'{' + ok + b'"item": NaN, "best": 1}', b'{' + ok + b'"item": "0", "best": 1}',
+                  b'{' + ok + b'"item": true, "best": 1}', b'{' + ok + b'"item": 3, "best": 1}',
+                  b'{' + ok + b'"item": 0, "best": 7}', b'{' + ok + b'"item": 0, "best": -1}',
+                  b'{' + ok + b'"item": 0}', b'{"client": 5, "labeller": "ann", "item": 0, "best": 1}',
+                  b'{"labeller": "ann", "item": 0, "best": 1}', b'[0, 1]', b'{' + ok + b'"item": 0, "best": 1',
+                  # a labeller's name: missing, empty, too long, not printable, not a string, blank
+                  b'{"client": "a", "item": 0, "best": 1}', b'{"client": "a", "labeller": "", "item": 0, "best": 1}',
+                  b'{"client": "a", "labeller": "' + b'x' * 65 + b'", "item": 0, "best": 1}',
+                  b'{"client": "a", "labeller": "a\\u0007b", "item": 0, "best": 1}',
+                  b'{"client": "a", "labeller": 5, "item": 0, "best": 1}',
+                  b'{"client": "a", "labeller": "   ", "item": 0, "best": 1}']
         answers = [raw_post(url, "/api/label", body, headers) for body in bodies]
         assert [status for status, _ in answers] == [400] * len(bodies)
         assert all(answer["error"].startswith("bad request: ") for _, answer in answers)
-        assert raw_post(url, "/api/skip", b'{"client": "a", "item": 1.0}', headers)[0] == 400
-        assert raw_post(url, "/api/label", b'{"client": "a", "item": 0, "best": 1}', headers)[0] == 200
+        assert raw_post(url, "/api/skip", b'{"client": "a", "labeller": "ann", "item": 1.0}', headers)[0] == 400
+        assert raw_post(url, "/api/skip", b'{"client": "a", "item": 1}', headers)[0] == 400  # no labeller
+        assert call(url, "/api/state?client=a&labeller=%07")[0] == 400
+        assert raw_post(url, "/api/label", b'{"client": "a", "labeller": "ann", "item": 0, "best": 1}', headers)[0] == 200
     session.close()
-    assert json.loads(out.read_text()) == expected_file({0: 1})
+    assert json.loads(out.read_text()) == expected_file({0: 1}, "ann")
 
 
 def test_a_request_the_server_cannot_answer_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
     session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
 
-    def broken(client: str) -> dict:
+    def broken(client: str, labeller: str) -> dict:
         raise RuntimeError("planted")
 
     monkeypatch.setattr(session, "state", broken)
@@ -182,7 +192,7 @@ def test_the_page_works_through_a_forwarded_port_and_a_name_still_needs_its_own(
             forwarded = f"http://localhost:{local}/"
             status, state = call(forwarded, "/api/state?client=a")
             assert status == 200 and state["item"]["index"] == 0
-            assert call(forwarded, "/api/label", {"client": "a", "item": 0, "best": 3})[0] == 200
+            assert call(forwarded, "/api/label", {"client": "a", "labeller": "ann", "item": 0, "best": 3})[0] == 200
             for host in (f"evil.example:{local}", f"192.0.2.1:{local}"):
                 assert call(url, "/api/state?client=b", headers={"Host": host})[0] == 403
         finally:

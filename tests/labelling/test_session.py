@@ -56,11 +56,11 @@ def test_a_label_file_replaced_during_a_session_is_left_alone_and_the_choice_not
     out = tmp_path / "labels.json"
     session = LabelSession.create(out, FLAGS, fake_items(3))
     with serving(session) as url:
-        assert call(url, "/api/label", {"client": "a", "item": 0, "best": 1})[0] == 200
+        assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 0, "best": 1})[0] == 200
         (tmp_path / "mine").write_text("mine")
         os.replace(tmp_path / "mine", out)  # another program saves its own file there
         journal = journal_path(out).read_bytes()
-        status, answer = call(url, "/api/label", {"client": "a", "item": 1, "best": 2})
+        status, answer = call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 1, "best": 2})
         assert status == 409 and "replaced by another program" in answer["error"] and answer["kept"] is False
     session.close()
     assert out.read_text() == "mine" and journal_path(out).read_bytes() == journal
@@ -127,17 +127,17 @@ def test_a_full_disk_keeps_no_half_choice_and_never_blocks_the_session(small_dis
         item["query"] = item["query"] * 1000  # ~18 KiB a record: a label file's rewrite needs more than a journal line
     session = LabelSession.create(out, FLAGS, items)
     with serving(session) as url:
-        assert call(url, "/api/label", {"client": "a", "item": 0, "best": 1})[0] == 200
+        assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 0, "best": 1})[0] == 200
         fill(8192)  # the journal's line fits, the label file's rewrite does not
         journal, labels = journal_path(out).read_bytes(), out.read_bytes()
         for _ in range(2):  # refused and not kept: a retry is refused the same way, not as "decided by another tab"
-            status, answer = call(url, "/api/label", {"client": "a", "item": 1, "best": 2})
+            status, answer = call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 1, "best": 2})
             assert (status, answer["kept"]) == (507, False) and "No space left" in answer["error"]
             assert (journal_path(out).read_bytes(), out.read_bytes()) == (journal, labels)
         free()
-        assert call(url, "/api/label", {"client": "a", "item": 1, "best": 3})[0] == 200
+        assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 1, "best": 3})[0] == 200
         fill(8192)
-        assert call(url, "/api/label", {"client": "a", "item": 2, "best": 0})[0] == 507
+        assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 2, "best": 0})[0] == 507
     session.close()
     again = LabelSession.resume(out, FLAGS)  # the same command continues, with the disk still full
     assert json.loads(out.read_bytes())[1]["best"] == 3 and len(json.loads(out.read_bytes())) == 2
@@ -162,7 +162,7 @@ def test_an_item_is_leased_only_while_its_tab_lives(tmp_path, monkeypatch):
     state = lambda c: call(url, f"/api/state?client={c}")[1]  # noqa: E731
     with serving(session) as url:
         assert [state(c)["item"]["index"] for c in "abc"] == [0, 1, 2]
-        assert call(url, "/api/label", {"client": "c", "item": 2, "best": 0})[0] == 200
+        assert call(url, "/api/label", {"client": "c", "labeller": "ann", "item": 2, "best": 0})[0] == 200
         waiting = state("c")
         assert waiting["item"] is None and waiting["leased"] == 2  # not "every item is decided"
         for _ in range(3):  # a's and b's tabs say they are alive: their items stay theirs
