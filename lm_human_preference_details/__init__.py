@@ -8,6 +8,7 @@ the method at the top, the language model and the data beneath, the machinery of
     sample.py       a command: sample (and score) a policy on held-out queries
     label.py        a command: label best-of-4 samples yourself on a local page
     export.py       a command: label files as a Hugging Face dataset, a reward model in OpenRLHF's format
+    agreement.py    a command: how often labellers agree (pairwise, Fleiss' kappa, against gold)
 
     language/       the language model: tokenizer, GPT-2 forward, LM head, Policy and RewardModel, trained models
     queries/        the query data: sources, per-rank streams, query processing and batches

@@ -10,6 +10,6 @@ the paper's online collection while a policy trains.
     labellers.py  who labels the online requests: the gold scorer, a command, the page
     online.py     the paper's online collection (section 2.2): requests from the training policy, waits, trainings
     schedule.py   the online schedule l(n) and its flags (`OnlineHParams`, `Schedule`)
-    online_labels.py  `OnlineLabelFile`, the online run's labels (RUN/online/labels.json), checked on resume
+    online_labels.py  `OnlineLabelFile`, the online run's labels (RUN/online/labels.json), appended, checked on resume
     answers.py    the online requests and `AnswerRecord`, the durable record of every answer (answers.jsonl)
 """

@@ -19,26 +19,12 @@ import sys
 import tempfile
 
 import pytest
+from helpers.browser import give_name
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
 
 from lm_human_preference_details import agreement
 
 WAIT_S = 120  # a bound on each wait for the page to change (a loaded 2-core machine)
-
-
-def give_name(browser, name: str) -> None:
-    """Answer the page's question for the labeller's name, as a person types it."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    field = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "nameinput"))
-    WebDriverWait(browser, WAIT_S).until(lambda d: field.is_displayed())
-    field.send_keys(name)
-    browser.find_element(By.ID, "namego").click()
-
-
-
-
 
 
 @pytest.fixture()

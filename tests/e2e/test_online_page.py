@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.browser import browser, browser_paths  # noqa: F401  (the fixture, and Chromium's paths)
+from helpers.browser import browser, browser_paths, give_name  # noqa: F401  (the fixture, and Chromium's paths)
 from helpers.labelling import ROOT, label_env, tiny_offline_cache
 
 from lm_human_preference_details.language.tokenizer import decode, load_tokenizer
@@ -149,6 +149,7 @@ def test_a_small_online_run_labelled_in_the_browser_survives_a_kill_past_its_che
         need, have, url = waits(run, 0)
         assert (need, have) == (8, 0)
         browser.get(url)
+        give_name(browser, "ann")  # asked once per browser, for each address (the resumed run's port is another)
         given = click(browser, 8)
         run.wait_for(r"8 labels after \d+ s; PPO goes on")
         # update 0 done: PPO waits again, for l(16) labels (its checkpoint may still be on its way: either resumes)
@@ -165,6 +166,7 @@ def test_a_small_online_run_labelled_in_the_browser_survives_a_kill_past_its_che
         assert (need, have) == (14, 12)  # the 4 late labels came back
         assert call(url, "/api/state?client=u")["total"] == 4  # the 16 requests but the 12 answered: none asked again
         browser.get(url)
+        give_name(browser, "bob")
         left = click(browser, 2)
         assert not {(q, s) for q, s, _ in left} & {(q, s) for q, s, _ in given + late}
         resumed.wait_for(r"14 labels after \d+ s; PPO goes on")
@@ -175,6 +177,8 @@ def test_a_small_online_run_labelled_in_the_browser_survives_a_kill_past_its_che
     assert output.count("PPO waits") == 1
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     assert journal_choices(run_dir, tokenizer) == Counter(given + late + left)  # exactly the labels given, with tokens
+    records = json.loads((run_dir / "online" / "labels.json").read_text())
+    assert Counter(r["labeller"] for r in records) == {"ann": 12, "bob": 2}  # who gave each label
     with pytest.raises(OSError):  # the run has ended: so has its page
         urllib.request.urlopen(url, timeout=5)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -34,6 +34,20 @@ def chrome():
     return webdriver.Chrome(service=Service(driver_path), options=options)
 
 
+WAIT_S = 120  # a bound on each wait for the page to change (a loaded 2-core machine)
+
+
+def give_name(browser, name: str) -> None:
+    """Answer the page's question for the labeller's name, as a person types it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    field = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "nameinput"))
+    WebDriverWait(browser, WAIT_S).until(lambda d: field.is_displayed())
+    field.send_keys(name)
+    browser.find_element(By.ID, "namego").click()
+
+
 @pytest.fixture()
 def browser():
     driver = chrome()
