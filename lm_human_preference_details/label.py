@@ -60,12 +60,12 @@ class Args:
     seed: int = 1
     """seed of the query order and of the sampling draws: the same seed gives the same items"""
     labels_per_item: int = 1
-    """labels wanted for each of the first --repeat-share of the items, each from another labeller (the name each
-    gives the page); the others want one. The paper's practice: a share of the items labelled more than once, to
-    measure agreement (python -m lm_human_preference_details.agreement)"""
+    """labels wanted for each of the first --repeat-share of the items, each from another labeller; the others want one.
+    Each labeller gives the page a name.
+    The paper's practice: a share of the items labelled more than once, to measure agreement (the agreement command)."""
     repeat_share: float = 1.0
-    """the share of the items, 0..1, that want --labels-per-item labels: the first round(share * --num-queries) of the
-    seeded order (halves up); the others want one"""
+    """the share of the items, 0..1, that want --labels-per-item labels; the others want one.
+    They are the first round(share * --num-queries) items of the seeded order (halves up)."""
     train_on: Literal["first", "majority"] = "first"
     """which label of an item is its `best`, the one train_reward.py trains on: first, the item's first label;
     majority, the sample most labellers chose, a tie settled by the earliest label among the tied samples"""

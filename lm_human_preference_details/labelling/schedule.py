@@ -54,8 +54,8 @@ class OnlineHParams:
     """the command labeller's program: one JSON request a line on its stdin, one answer `ID BEST` a line on its stdout;
     ID is the request's id, BEST is 0-3 or skip (docs/online.md)"""
     labeller_name: Optional[str] = None
-    """the command labeller's name, recorded with each of its answers (answers.jsonl, labels.json), 1..64 printable
-    characters; default the program's file name: judge.py for `python judge.py`, my_judge for `./my_judge --fast`"""
+    """the command labeller's name, 1..64 printable characters, recorded with each of its answers (labels.json).
+    Default: the program's file name: judge.py for `python judge.py`, my_judge for `./my_judge --fast`."""
     timeout: float = 600.0
     """seconds the command labeller's program may take over one answer"""
     host: str = "127.0.0.1"
