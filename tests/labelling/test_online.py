@@ -233,7 +233,8 @@ def torchrun_command(run_dir: Path, *extra: str) -> list[str]:
 def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_one(online_run, tmp_path, offline_cache):
     """The small run under torchrun (2 processes, --exact-ranks, the gold labeller: process 0 samples the requests and
     labels them, both train) killed -9 as it writes its last checkpoint, then --resume on 1 process: the 2 processes
-    had journaled the uninterrupted 1-process run's labels and logged its metrics, bit for bit; the resumed run reuses
+    had journaled the uninterrupted 1-process run's labels, logged its metrics and trained its policy (the checkpoint
+    being written holds it), bit for bit; the resumed run reuses
     the finished trainings and the answers given (none asked again) and ends with that run's journal, metrics and
     policy. Seconds: a torchrun job of the whole run, then its last update and report in this process."""
     from helpers.events import kill_at_env
@@ -251,6 +252,14 @@ def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_on
     assert what_is_left(run_dir) == (["update_00000001"], 64, 64, ["reward_00", "reward_01"])
     assert (online / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
     assert metrics(run_dir) == metrics(online_run)  # the 2 processes' rows, flushed before the checkpoint is written
+    # the 2 processes' policy after the last update, in the checkpoint written when the kill came (not yet in place):
+    # the 1-process run's, tensor for tensor
+    written, = (run_dir / "checkpoints").glob("*~update_00000002~*/state.pt")
+    mine = torch.load(written, weights_only=True)["objects"]["policy"]
+    theirs = torch.load(online_run / "checkpoints" / "update_00000002" / "state.pt", weights_only=True)["objects"]["policy"]
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    before = torch.load(run_dir / "checkpoints" / "update_00000001" / "state.pt", weights_only=True)["objects"]["policy"]
+    assert not all(torch.equal(before[k], theirs[k]) for k in theirs)  # the last update changed it: a real comparison
 
     in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=tmp_path,
                env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
