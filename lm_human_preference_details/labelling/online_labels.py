@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -19,19 +20,22 @@ BEST_OF = 4  # the paper's best-of-4 comparisons (labels.type best_of_4)
 OPEN, CLOSE = b"[", b"\n]\n"  # the file: OPEN, each record on a line of its own (after "\n", then ",\n"), CLOSE
 
 
-def layout(records: list[dict]) -> bytes:
-    """The file's bytes for ``records``: a JSON list, one record a line, so that records are added at the end by
-    rewriting only the closing bracket."""
-    return OPEN + b"".join((b",\n" if i else b"\n") + json.dumps(r).encode() for i, r in enumerate(records)) + CLOSE
+def record_lines(records: list[dict], after: int = 0) -> list[bytes]:
+    """Each record's line as the file holds it, led by its separator ("\n" before the file's first record, ",\n"
+    before the others); ``after``: the records before them in the file."""
+    return [(b",\n" if after + i else b"\n") + json.dumps(r).encode() for i, r in enumerate(records)]
 
 
-def line_ends(records: list[dict]) -> list[int]:
-    """The byte offset where each record's line ends (before its "," or the closing "\n]") in ``layout(records)``."""
-    ends, at = [], len(OPEN)
-    for i, record in enumerate(records):
-        at += (2 if i else 1) + len(json.dumps(record).encode())
-        ends.append(at)
-    return ends
+def line_ends(lines: list[bytes], start: int) -> list[int]:
+    """The byte offset where each of ``lines`` ends (before the next "," or the closing "\n]"), the first from ``start``."""
+    return list(itertools.accumulate(map(len, lines), initial=start))[1:]
+
+
+def layout(records: list[dict]) -> tuple[bytes, list[int]]:
+    """The file's bytes for ``records`` (a JSON list, one record a line, so that records are added at the end by
+    rewriting only the closing bracket) and where each record's line ends in them."""
+    lines = record_lines(records)
+    return OPEN + b"".join(lines) + CLOSE, line_ends(lines, len(OPEN))
 
 
 class OnlineLabelFile:
@@ -39,8 +43,8 @@ class OnlineLabelFile:
     update that sampled each, read by train_reward.py's --labels.source as it is.
 
     One record a line: a batch of answers is added by writing over the closing bracket (",\\n" + the records + "\\n]\\n")
-    and an fsync, so a label costs the same at the 60,000th record as at the first; a kill in that write leaves a file
-    whose last line is cut, which the next start cuts back to its last whole record (the answers' record keeps every
+    and an fsync, so a label costs the same at the 60,000th record as at the first; a power cut in that write may leave
+    a file whose last line is cut, which the next start cuts back to its last whole record (the answers' record keeps every
     answer, and a resume makes the records past its checkpoint again)."""
 
     def __init__(self, path: Path, owner: bool = True):
@@ -78,11 +82,9 @@ class OnlineLabelFile:
         if not os.path.exists(self.path):
             self._write_whole()
         start = self.ends[-1] if self.ends else len(OPEN)  # where the closing "\n]\n" begins
-        lines = [(b",\n" if self.records or i else b"\n") + json.dumps(r).encode() for i, r in enumerate(new)]
+        lines = record_lines(new, after=len(self.records))
         self._write_at(start, b"".join(lines))
-        for line in lines:
-            start += len(line)
-            self.ends.append(start)
+        self.ends.extend(line_ends(lines, start))
         self.records.extend(new)
 
     def check_resumed(self, labels: int, digest: Optional[str], answers: AnswerRecord, pad_id: int) -> None:
@@ -103,7 +105,7 @@ class OnlineLabelFile:
 
     def _write_at(self, start: int, body: bytes) -> None:
         """Write ``body`` and the closing bracket at byte ``start``, cut the file there, fsync: the file is a whole
-        JSON list again (a kill in between leaves a last line cut short, which the next start cuts off)."""
+        JSON list again (a power cut in between may leave a last line cut short, which the next start cuts off)."""
         with open(self.path, "r+b") as f:
             f.seek(start)
             f.write(body + CLOSE)
@@ -112,12 +114,12 @@ class OnlineLabelFile:
 
     def _write_whole(self) -> None:
         """The whole file, written atomically (a new file, or one laid out again)."""
-        data = layout(self.records)
+        data, ends = layout(self.records)
         with atomic_path(self.path) as tmp:
             tmp.write_bytes(data)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
-        self.ends = line_ends(self.records)
+        self.ends = ends
 
 
 RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
@@ -138,16 +140,16 @@ def parse_layout(path: Path, data: bytes) -> tuple[list[dict], list[int], bool]:
     writes it; a last line cut by a kill in an append is dropped (the file is then not whole). A one-line UserError
     naming the file when it is not the journal this run wrote: not JSON, or not a list of best-of-4 records."""
     try:
-        records = json.loads(data)
-        whole = not isinstance(records, list) or data == layout(records)
+        records, torn = json.loads(data), False
     except (ValueError, UnicodeDecodeError):
-        records, whole = cut_in_append(data), False
+        records, torn = cut_in_append(data), True
         if records is None:
             raise UserError(f"{path} is not JSON: it was cut or changed; {RECOVER}") from None
     if not isinstance(records, list) or not all(isinstance(r, dict) and is_int(r.get("best")) and 0 <= r["best"] < BEST_OF
                                                 for r in records):
         raise UserError(f"{path} is not a list of best-of-{BEST_OF} records: it was changed; {RECOVER}")
-    return records, line_ends(records), whole
+    laid_out, ends = layout(records)  # each record serialised once: the file is read whole at a start
+    return records, ends, not torn and data == laid_out
 
 
 def cut_in_append(data: bytes) -> Optional[list]:
@@ -164,7 +166,7 @@ def cut_in_append(data: bytes) -> Optional[list]:
         if not isinstance(record, dict):
             break
         records.append(record)
-    whole = layout(records)[:-len(CLOSE)]
+    whole = layout(records)[0][:-len(CLOSE)]
     tail = data[len(whole):]
     sep = b",\n" if records else b"\n"  # what begins the next record's line
     torn_line = (sep.startswith(tail) or tail.startswith(sep)) and b"\n" not in tail[len(sep):]
