@@ -19,12 +19,10 @@ import sys
 import tempfile
 
 import pytest
-from helpers.browser import give_name
+from helpers.browser import WAIT_S, give_name
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
 
 from lm_human_preference_details import agreement
-
-WAIT_S = 120  # a bound on each wait for the page to change (a loaded 2-core machine)
 
 
 @pytest.fixture()
