@@ -76,8 +76,10 @@ class OnlineCollection:
         self.stats: dict[str, float] = {}  # the last before_episode's metrics
 
     def state_dict(self) -> dict:
+        # process 0's is the one saved (Run.save); the others never write the journal, so they hash none of it
+        journal = self.journal.digest(len(self.journal)) if self.is_main else None
         return {"requests": self.requests, "batches": self.batches, "labels": len(self.journal),
-                "journal": self.journal.digest(len(self.journal)), "trainings": self.trainings,
+                "journal": journal, "trainings": self.trainings,
                 "sampler": self.sampler.state_dict(),
                 "pending": [r.as_dict() for r in self.pending.values()]}
 
