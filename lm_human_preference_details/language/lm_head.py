@@ -83,11 +83,38 @@ def sample_step(h: torch.Tensor, weight: torch.Tensor, temperature: float, gener
         return token, logit - m - weights.sum(dim=-1, keepdim=True).log()
 
 
-def head_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """[n, d] hidden, [V, d] LM head -> [n, V] logits h @ W.T in float32 at least (autocast off), as (W @ h.T).T."""
-    # the same products; with the vocabulary as the rows of the product MKL runs faster on a CPU (docs/speed.md)
+def head_logits(h: torch.Tensor, weight: torch.Tensor, real: int | None = None) -> torch.Tensor:
+    """[n, d] hidden, [V, d] LM head -> [n, V] logits h @ W.T in float32 at least (autocast off).
+
+    ``real``: the head's rows from ``real`` on only pad the vocabulary to an aligned size (`aligned_rows`); their
+    columns are set to the dtype's lowest number, so that they weigh exactly nothing in a softmax and its entropy.
+    """
     with full_precision(h.device):
-        return (_at_least_fp32(weight) @ _at_least_fp32(h).t()).t().contiguous()
+        h, weight = _at_least_fp32(h), _at_least_fp32(weight)
+        if real is None:  # the same products; with the vocabulary as the rows MKL runs faster on a CPU (docs/speed.md)
+            return (weight @ h.t()).t().contiguous()
+        # an aligned vocabulary: [n, V] directly, every matrix's rows a multiple of 16 bytes apart for cuBLAS
+        logits = h @ weight.t()
+        logits[:, real:] = torch.finfo(logits.dtype).min
+        return logits
+
+
+GPU_VOCAB_MULTIPLE = 64  # on a GPU the log-probs' products run on the vocabulary padded to a multiple of 64
+
+
+def vocab_multiple(device: torch.device) -> int:
+    """What the chunked log-probs pad the vocabulary to a multiple of: 1 (none) on a CPU, GPU_VOCAB_MULTIPLE on a GPU.
+
+    GPT-2's 50257 tokens make every [rows, vocab] matrix's rows 201,028 bytes apart, which is no multiple of 16: cuBLAS
+    then runs its slower unaligned kernels for the three products of the head (docs/speed.md).
+    """
+    return 1 if device.type == "cpu" else GPU_VOCAB_MULTIPLE
+
+
+def aligned_rows(weight: torch.Tensor, multiple: int) -> torch.Tensor:
+    """[V, d] LM head -> [Vp, d] with zero rows up to a multiple of ``multiple`` (the tensor itself when V is one)."""
+    pad = -weight.shape[0] % multiple
+    return F.pad(weight, (0, 0, 0, pad)) if pad else weight
 
 
 def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -96,13 +123,20 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
 
 
 KEEP_PROBS_ELEMENTS = 2**27  # keep the forward's probabilities for backward up to 512 MiB of float32
+GPU_KEEP_PROBS_ELEMENTS = 2**30  # on a GPU, up to 4 GiB: batch 512's 12,288 response positions (2.5 GiB) are kept
 GPU_CHUNK_ELEMENTS = 2**27  # on a GPU, logits of up to 512 MiB of float32 per chunk
 
 
 def logprob_chunk_rows(vocab: int, device: torch.device) -> int:
-    """Rows of logits per chunk: 64 on a CPU (they stay in cache), else as many as fit in GPU_CHUNK_ELEMENTS."""
+    """Rows of logits per chunk: 64 on a CPU (they stay in cache), else as many as fit in GPU_CHUNK_ELEMENTS, a
+    multiple of 64 (aligned products)."""
     # a GPU needs big products to be busy: 64-row chunks' small kernels take longer to launch than to run (docs/speed.md)
-    return 64 if device.type == "cpu" else max(64, GPU_CHUNK_ELEMENTS // vocab)
+    return 64 if device.type == "cpu" else max(64, GPU_CHUNK_ELEMENTS // vocab // 64 * 64)
+
+
+def kept_probs_budget(device: torch.device) -> int:
+    """The most softmax numbers the forward pass keeps for the backward pass (else it recomputes them)."""
+    return KEEP_PROBS_ELEMENTS if device.type == "cpu" else GPU_KEEP_PROBS_ELEMENTS
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
@@ -110,25 +144,30 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     Never holds the [n, vocab] logits of all rows at once. The backward pass needs softmax(logits): it is kept
     from the forward pass when all of it fits in keep_probs_elements numbers, else recomputed chunk by chunk.
+    With ``multiple`` > 1 the products run on the head padded with zero rows to a multiple of it (`aligned_rows`):
+    the padding's logits are the lowest number, its probabilities 0 and its gradients dropped, so the same numbers.
     """
 
     @staticmethod
-    def forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
+    def forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int, multiple: int = 1):
         with full_precision(h.device):
-            return _ChunkedLogprobs._forward(ctx, h, weight, labels, temperature, chunk, keep_probs_elements)
+            return _ChunkedLogprobs._forward(ctx, h, weight, labels, temperature, chunk, keep_probs_elements, multiple)
 
     @staticmethod
-    def _forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int):
+    def _forward(ctx, h, weight, labels, temperature: float, chunk: int, keep_probs_elements: int, multiple: int):
         """`forward`'s work, autocast off: ``h`` cast up to float32 at least, every product in its dtype."""
         ctx.h_dtype = h.dtype
         h = _at_least_fp32(h) / temperature  # (h / T) @ W.T: the division touches [n, d], not [n, V]
-        n, v = h.shape[0], weight.shape[0]
+        v = weight.shape[0]
+        real = v if multiple > 1 else None  # the padded head's columns past v are set to the lowest number
+        padded = aligned_rows(weight, multiple)  # [Vp, d]
+        n, vp = h.shape[0], padded.shape[0]
         # (grad mode is always off inside forward: needs_input_grad says whether a backward pass can follow)
-        keep = any(ctx.needs_input_grad[:2]) and n * v <= keep_probs_elements
-        probs = h.new_empty((n, v), dtype=torch.promote_types(h.dtype, torch.float32)) if keep else None  # [n, V]
+        keep = any(ctx.needs_input_grad[:2]) and n * vp <= keep_probs_elements
+        probs = h.new_empty((n, vp), dtype=torch.promote_types(h.dtype, torch.float32)) if keep else None  # [n, Vp]
         logprobs, entropies, lses = [], [], []
         for i in range(0, n, chunk):
-            logits = head_logits(h[i : i + chunk], weight)  # [chunk, V]
+            logits = head_logits(h[i : i + chunk], padded, real)  # [chunk, Vp]
             m = logits.amax(dim=-1, keepdim=True)
             z = logits.sub_(m)  # shifted logits, in place
             e = torch.exp(z, out=probs[i : i + chunk]) if keep else torch.exp(z)  # kept: written in place
@@ -141,7 +180,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             if keep:
                 e.div_(s)  # softmax, in place in probs
         ctx.save_for_backward(h, weight, labels, torch.cat(lses), probs)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.multiple = temperature, chunk, multiple
         entropies = torch.cat(entropies)
         ctx.mark_non_differentiable(entropies)  # only logged: no entropy bonus (FIDELITY E7 policy loss)
         return torch.cat(logprobs), entropies
@@ -155,35 +194,42 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def _backward(ctx, grad_logprobs):
         """`backward`'s work, autocast off."""
         h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T, and float32 at least
+        v = weight.shape[0]
+        real = v if ctx.multiple > 1 else None
+        padded = aligned_rows(weight, ctx.multiple)  # [Vp, d]
         grad_h = torch.empty_like(h)
         # in place, so that under autocast too the [V, d] gradient is summed in (at least) float32
-        grad_w = _at_least_fp32(torch.zeros_like(weight))
+        grad_w = _at_least_fp32(torch.zeros_like(padded))  # [Vp, d]
         for i in range(0, h.shape[0], ctx.chunk):
             rows = slice(i, i + ctx.chunk)
             if probs is not None:
-                softmax = probs[rows]  # [chunk, V], kept from the forward pass
+                softmax = probs[rows]  # [chunk, Vp], kept from the forward pass
             else:
-                softmax = torch.exp_(head_logits(h[rows], weight).sub_(lse[rows, None]))  # recomputed
+                softmax = torch.exp_(head_logits(h[rows], padded, real).sub_(lse[rows, None]))  # recomputed
             # d logprob / d logits = onehot(label) - softmax(logits)
             dlogits = softmax * -grad_logprobs[rows, None]
             dlogits.scatter_add_(1, labels[rows, None], grad_logprobs[rows, None])
-            grad_h[rows] = (dlogits @ weight.to(dlogits.dtype)).to(h.dtype)
-            grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))  # [V, d]
-        # chain through h / T
-        return (grad_h / ctx.temperature).to(ctx.h_dtype), grad_w.to(weight.dtype), None, None, None, None
+            grad_h[rows] = (dlogits @ padded.to(dlogits.dtype)).to(h.dtype)
+            grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))  # [Vp, d]
+        # chain through h / T; the padding's rows dropped
+        return ((grad_h / ctx.temperature).to(ctx.h_dtype), grad_w[:v].to(weight.dtype),
+                None, None, None, None, None)
 
 
 def response_logprobs(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float,
-                      chunk: int | None = None,
-                      keep_probs_elements: int = KEEP_PROBS_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
+                      chunk: int | None = None, keep_probs_elements: int | None = None,
+                      multiple: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """[b, r, d] hidden, [V, d] LM head, [b, r] labels -> log-probs (differentiable) and entropies, both [b, r].
 
     Same numbers as log_softmax(h @ W.T / T) gathered at the labels, in memory for ``chunk`` rows of logits (default
     `logprob_chunk_rows`), plus the softmax of all rows for the backward pass while it holds at most
-    ``keep_probs_elements`` numbers.
+    ``keep_probs_elements`` numbers (default `kept_probs_budget`); the products on the vocabulary padded to a
+    ``multiple`` (default `vocab_multiple`).
     """
     b, r, d = h.shape
-    chunk = chunk or logprob_chunk_rows(weight.shape[0], h.device)
+    multiple = multiple or vocab_multiple(h.device)
+    chunk = chunk or logprob_chunk_rows(weight.shape[0] + -weight.shape[0] % multiple, h.device)
+    keep = kept_probs_budget(h.device) if keep_probs_elements is None else keep_probs_elements
     logprobs, entropies = _ChunkedLogprobs.apply(h.reshape(b * r, d), weight, labels.reshape(b * r), temperature, chunk,
-                                                 keep_probs_elements)
+                                                 keep, multiple)
     return logprobs.view(b, r), entropies.view(b, r)

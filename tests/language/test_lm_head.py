@@ -8,25 +8,31 @@ import torch.nn.functional as F
 
 from lm_human_preference_details.language.lm_head import (
     GPU_CHUNK_ELEMENTS,
+    aligned_rows,
+    kept_probs_budget,
     logprob_chunk_rows,
     response_logprobs,
     sample_categorical,
     sample_step,
+    vocab_multiple,
 )
 from lm_human_preference_details.ppo import logprobs_from_logits
 
 
-@pytest.mark.parametrize("keep_probs_elements", [0, 15 * 50])  # backward recomputes the softmax / keeps all of it
-def test_chunked_logprobs_match_the_plain_computation_and_gradients(keep_probs_elements):
+@pytest.mark.parametrize("multiple", [1, 16])  # the head as it is (a CPU) / padded to 64 rows (a GPU's aligned products)
+@pytest.mark.parametrize("keep_probs_elements", [0, 15 * 64])  # backward recomputes the softmax / keeps all of it
+def test_chunked_logprobs_match_the_plain_computation_and_gradients(keep_probs_elements, multiple):
 
     torch.manual_seed(0)
     h = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 50, (3, 5))
     logprobs, entropies = response_logprobs(h, w, labels, temperature=0.7, chunk=4,  # chunks cut across rows
-                                            keep_probs_elements=keep_probs_elements)
-    kept = logprobs.grad_fn.next_functions[0][0].saved_tensors[-1]  # the [15, 50] softmax, or None
+                                            keep_probs_elements=keep_probs_elements, multiple=multiple)
+    kept = logprobs.grad_fn.next_functions[0][0].saved_tensors[-1]  # the [15, 50] (padded: [15, 64]) softmax, or None
     assert (kept is None) == (keep_probs_elements == 0)
+    if kept is not None:
+        assert kept.shape == (15, 50 if multiple == 1 else 64) and (kept[:, 50:] == 0).all()
     logp = F.log_softmax(h @ w.t() / 0.7, -1)
     expected = logp.gather(-1, labels[..., None]).squeeze(-1)
     torch.testing.assert_close(logprobs, expected)
@@ -98,6 +104,19 @@ def test_sample_step_draws_from_the_scaled_softmax_and_returns_its_logprob():
 def test_logprob_chunk_rows():
 
     assert logprob_chunk_rows(50257, torch.device("cpu")) == 64
-    # a GPU: 512 MiB of float32 logits per chunk, 2**27 // 50257 = 2670 rows (never fewer than 64)
-    assert GPU_CHUNK_ELEMENTS == 2**27 and logprob_chunk_rows(50257, torch.device("cuda")) == 2670
+    # a GPU: 512 MiB of float32 logits per chunk (never fewer than 64 rows): 2**27 // 50304 (GPT-2's vocabulary padded
+    # to a multiple of 64) = 2668 rows, down to a multiple of 64 (aligned products)
+    assert GPU_CHUNK_ELEMENTS == 2**27 and logprob_chunk_rows(50304, torch.device("cuda")) == 2624
     assert logprob_chunk_rows(2**22, torch.device("cuda")) == 64
+
+
+def test_the_gpu_pads_the_vocabulary_and_keeps_batch_512s_softmax():
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert vocab_multiple(cpu) == 1 and vocab_multiple(gpu) == 64
+    w = torch.randn(50, 3)
+    assert aligned_rows(w, 1) is w and aligned_rows(w, 25) is w
+    padded = aligned_rows(w, 64)
+    assert padded.shape == (64, 3) and torch.equal(padded[:50], w) and (padded[50:] == 0).all()
+    # batch 512 x 24 response positions x 50304 padded tokens: kept on a GPU (2.4 GiB), recomputed on a CPU
+    assert 512 * 24 * 50304 <= kept_probs_budget(gpu) and 512 * 24 * 50304 > kept_probs_budget(cpu) == 2**27
