@@ -20,6 +20,7 @@ from lm_human_preference_details.language.gpt2 import KVCache, decode_step, pack
 from lm_human_preference_details.language.interop import plain_pad_id, reward_score, save_plain_lm, save_plain_tokenizer
 from lm_human_preference_details.language.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.language.model_files import check_model_files, is_local_model
+from lm_human_preference_details.language.step_graph import StepGraphs, graphs_of
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 from lm_human_preference_details.ppo import entropy_from_logits, logprobs_from_logits
 from lm_human_preference_details.utils.errors import UserError
@@ -226,25 +227,44 @@ class Policy(LMWithHead):
         last = last_real_indices(mask)[:, -1:]  # [b, 1]: B2 last real token, the context's output is its last real token's
         base = self.lm.base_model
         if self.packed:  # GPT-2: the real tokens only, keys and values in a cache preallocated for every step
-            cache = KVCache(base, len(contexts), contexts.shape[1] + length, like=base.wte.weight)
+            # on a GPU the steps are one CUDA graph, replayed for every batch of this shape (step_graph.py)
+            graphs = graphs_of(self) if StepGraphs.apply(self, contexts, uniforms) else None
+            shape = (len(contexts), contexts.shape[1] + length, length, base.wte.weight.dtype, contexts.device)
+
+            def new_cache() -> KVCache:
+                return KVCache(base, len(contexts), contexts.shape[1] + length, like=base.wte.weight)
+
+            cache = graphs.cache(shape, new_cache) if graphs else new_cache()
             h = packed_hidden(base, input_ids, mask, positions, last, cache)[:, 0]  # [b, d]
+
+            def steps(h: torch.Tensor, columns: torch.Tensor, uniforms: torch.Tensor | None) -> dict[str, torch.Tensor]:
+                def advance(token: torch.Tensor, step: int) -> torch.Tensor:
+                    return decode_step(base, token.squeeze(1), columns + step, cache)
+                return self._steps(h, advance, length, generator, uniforms)
+
             columns = mask.sum(1)  # [b] the next token's column = its position id (real tokens so far)
+            if graphs:
+                return graphs.run(shape, steps, h, columns, uniforms, list(self.parameters()))
+            return steps(h, columns, uniforms)
+        # another causal LM: its own forward and cache
+        out = base(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions, use_cache=True)
+        h = out.last_hidden_state.gather(1, last[..., None].expand(-1, -1, out.last_hidden_state.shape[-1]))[:, 0]
+        past, attn = out.past_key_values, mask.long()
+        next_position = mask.sum(1, keepdim=True)  # [b, 1]: real tokens so far
 
-            def advance(token: torch.Tensor, step: int) -> torch.Tensor:
-                return decode_step(base, token.squeeze(1), columns + step, cache)
-        else:  # another causal LM: its own forward and cache
-            out = base(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions, use_cache=True)
-            h = out.last_hidden_state.gather(1, last[..., None].expand(-1, -1, out.last_hidden_state.shape[-1]))[:, 0]
-            past, attn = out.past_key_values, mask.long()
-            next_position = mask.sum(1, keepdim=True)  # [b, 1]: real tokens so far
+        def advance(token: torch.Tensor, step: int) -> torch.Tensor:
+            nonlocal past, attn
+            attn = torch.cat([attn, torch.ones_like(token)], dim=1)
+            out = base(input_ids=token, attention_mask=attn, position_ids=next_position + step,
+                       past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            return out.last_hidden_state[:, -1]
+        return self._steps(h, advance, length, generator, uniforms)
 
-            def advance(token: torch.Tensor, step: int) -> torch.Tensor:
-                nonlocal past, attn
-                attn = torch.cat([attn, torch.ones_like(token)], dim=1)
-                out = base(input_ids=token, attention_mask=attn, position_ids=next_position + step,
-                           past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                return out.last_hidden_state[:, -1]
+    def _steps(self, h: torch.Tensor, advance, length: int, generator: torch.Generator | None,
+               uniforms: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The sampling loop from the context's [b, d] final hidden state: draw, log-prob and value, then
+        ``advance(token, step)`` -> the next [b, d] hidden state."""
         head = self.lm.get_output_embeddings()
         responses, logprobs, values = [], [], []
         for step in range(length):
