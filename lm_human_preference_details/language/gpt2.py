@@ -122,7 +122,20 @@ def decode_step(base: nn.Module, tokens: torch.Tensor, columns: torch.Tensor, ca
         attn = block.attn
         q, k, v = attn.c_attn(block.ln_1(x)).view(b, 3, attn.num_heads, attn.head_dim).unbind(1)  # [b, h, hd] each
         cache.keys[i, rows, :, columns], cache.values[i, rows, :, columns] = k, v
-        o = F.scaled_dot_product_attention(q[:, :, None], cache.keys[i], cache.values[i], attn_mask=visible,
-                                           scale=attn.scaling)  # [b, h, 1, hd]
+        o = decode_attention(q, cache.keys[i], cache.values[i], visible, attn.scaling)  # [b, h, 1, hd]
         x = _block_tail(base, block, x, o.reshape(b, -1))
     return base.ln_f(x)  # [b, d]
+
+
+DECODE_ATTENTION = "sdpa"  # the switch: "sdpa" (PyTorch's fused kernel) or "products" (two batched products)
+
+
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """One query per head: [b, h, hd] queries, [b, h, width, hd] keys and values, [b, 1, 1, width] visible columns
+    -> [b, h, 1, hd] softmax(q k / sqrt(hd)) v over the visible columns (DECODE_ATTENTION says how)."""
+    if DECODE_ATTENTION == "sdpa":
+        return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=visible, scale=scale)
+    scores = (keys @ q[..., None]).squeeze(-1) * scale  # [b, h, width]
+    weights = torch.softmax(scores.masked_fill_(~visible[:, :, 0], float("-inf")), dim=-1)
+    return weights[:, :, None] @ values  # [b, h, 1, hd]

@@ -81,6 +81,68 @@ def test_cuda_chunked_logprobs_over_several_gpu_chunks_match_the_plain_computati
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+def test_cuda_aligned_head_keeps_batch_512s_softmax_and_matches_the_plain_computation():
+    # the default on a GPU: the head padded to 50304 rows, the softmax of all rows kept for the backward pass
+    torch.manual_seed(0)
+    v, d, rows = 50257, 64, 3000
+    h = torch.randn(1, rows, d, device="cuda", requires_grad=True)
+    w = (torch.randn(v, d, device="cuda") * 0.1).requires_grad_()
+    labels = torch.randint(0, v, (1, rows), device="cuda")
+    logprobs, entropies = response_logprobs(h, w, labels, temperature=0.7)
+    assert logprobs.grad_fn.next_functions[0][0].saved_tensors[-1].shape == (rows, 50304)  # kept, padded
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # the plain computation in full float32
+    logp = F.log_softmax(h @ w.t() / 0.7, -1)
+    torch.backends.cuda.matmul.allow_tf32 = before
+    expected = logp.gather(-1, labels[..., None]).squeeze(-1)
+    tol = dict(atol=2e-2, rtol=1e-3) if before else dict(atol=1e-4, rtol=1e-5)  # TF32: 10-bit products
+    torch.testing.assert_close(logprobs, expected, **tol)
+    torch.testing.assert_close(entropies, -(logp.exp() * logp).sum(-1).detach(), **tol)
+    g = torch.randn(1, rows, device="cuda")
+    grads = torch.autograd.grad((logprobs * g).sum(), (h, w))
+    expected_grads = torch.autograd.grad((expected * g).sum(), (h, w))
+    for a, b in zip(grads, expected_grads):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "products"])
+def test_cuda_graph_of_the_sampling_steps_gives_the_eager_loops_numbers_bit_for_bit(policies, attention):
+    # every sampling pass with given uniforms (training's) replays one CUDA graph per shape: the eager loop's numbers
+    # exactly, with other inputs, and after the weights change in place (an optimizer step)
+    from lm_human_preference_details.language import gpt2, step_graph
+
+    _, gpu = policies
+    saved = {k: v.clone() for k, v in gpu.state_dict().items()}
+    contexts = torch.tensor(CONTEXTS).cuda()
+    draws = torch.Generator().manual_seed(2)
+
+    def eager_and_graphed():
+        u = torch.rand(3, 8, dtype=torch.float64, generator=draws).cuda()
+        step_graph.ENABLED = False
+        try:
+            eager = gpu.sample(contexts, length=8, uniforms=u)
+        finally:
+            step_graph.ENABLED = True
+        return eager, gpu.sample(contexts, length=8, uniforms=u)
+
+    gpt2.DECODE_ATTENTION = attention
+    try:
+        for change in (None, "other uniforms", "weights"):
+            if change == "weights":
+                with torch.no_grad():
+                    for p in gpu.parameters():
+                        p.mul_(1.01)
+            eager, graphed = eager_and_graphed()
+            for k in ("responses", "logprobs", "values"):
+                assert torch.equal(eager[k], graphed[k]), (change, k)
+        (graph, _), = step_graph.graphs_of(gpu)._graphs.values()  # one shape, captured once
+        assert graph is not None
+    finally:
+        gpt2.DECODE_ATTENTION = "sdpa"
+        gpu.load_state_dict(saved)
+        step_graph.graphs_of(gpu)._graphs.clear()
+
+
 def test_cuda_bf16_autocast_stays_close_to_fp32(policies):
     # --bf16 (a numerics deviation): sampling and scoring run in bfloat16 and stay near the float32 numbers
     _, gpu = policies

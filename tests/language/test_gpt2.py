@@ -72,3 +72,20 @@ def test_compiled_blocks_give_the_same_numbers_and_gradients(tiny_policy, eager_
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert torch.equal(compiled_sampled["responses"], eager_sampled["responses"])
     torch.testing.assert_close(compiled_sampled["logprobs"], eager_sampled["logprobs"], atol=1e-5, rtol=1e-5)
+
+
+def test_decode_attentions_products_equal_the_fused_kernel(monkeypatch):
+    # DECODE_ATTENTION "products" (two batched products) against SDPA: one query over the visible columns only
+    from lm_human_preference_details.language import gpt2
+
+    torch.manual_seed(0)
+    q, keys, values = torch.randn(4, 3, 8, dtype=torch.float64), *torch.randn(2, 4, 3, 10, 8, dtype=torch.float64)
+    visible = (torch.arange(10) <= torch.tensor([0, 3, 9, 5])[:, None])[:, None, None]  # [4, 1, 1, 10]
+    fused = gpt2.decode_attention(q, keys, values, visible, 0.35)
+    monkeypatch.setattr(gpt2, "DECODE_ATTENTION", "products")
+    products = gpt2.decode_attention(q, keys, values, visible, 0.35)
+    assert products.shape == fused.shape == (4, 3, 1, 8)
+    torch.testing.assert_close(products, fused)
+    # by hand for row 1: softmax over its first 4 columns only
+    w = torch.softmax(keys[1, :, :4] @ q[1, :, :, None] * 0.35, dim=1)  # [3, 4, 1]
+    torch.testing.assert_close(products[1, :, 0], (w * values[1, :, :4]).sum(1))
