@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-interval", type=int, default=5, help="--save-interval of the runs (default 5)")
     p.add_argument("--kill-after", type=int, default=13,
                    help="run B is killed once this many updates are logged (default 13: its last checkpoint holds 10)")
-    p.add_argument("--exact-updates", type=int, default=6, help="PPO updates of run C, --exact-ranks (default 6)")
+    p.add_argument("--exact-updates", type=int, default=6,
+                   help="PPO updates of run C, --exact-ranks (default 6; 0: no run C)")
     p.add_argument("--rows", type=int, default=1_000_000, help="rows of the query parquet (default 1M)")
     p.add_argument("--labels", type=int, default=4992 + 256, help="labels in the file (default 4,992 + 256 held out)")
     p.add_argument("--bf16", action="store_true", help="the runs with --bf16")
@@ -210,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for name in ("updates", "save_interval", "kill_after", "exact_updates", "rows", "labels"):
-        if getattr(args, name) < 1:  # before any asset is built or run started
-            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+        if getattr(args, name) < (0 if name == "exact_updates" else 1):  # before any asset is built or run started
+            sys.exit(f"error: --{name.replace('_', '-')} must be at least {0 if name == 'exact_updates' else 1}, "
+                     f"got {getattr(args, name)}")
     out = Path(args.out)
     ours = [name for run in "ABC" for name in (run, f"{run}.log", f"{run}.peak.json")] + ["report.md"]
     if any((out / name).exists() or (out / name).is_symlink() for name in ours):  # never replace or append to them
@@ -226,18 +228,21 @@ def main(argv: list[str] | None = None) -> int:
     b_argv = policy_argv(paths, out / "B", args.updates, args)
     runs["B killed"] = run("B", b_argv, out, kill_at=args.kill_after)
     runs["B resumed"] = run("B", b_argv + ["--resume"], out)
-    runs["C"] = run("C", policy_argv(paths, out / "C", args.exact_updates, args) + ["--exact-ranks"], out)
-    a, b, c = rows(out / "A"), rows(out / "B"), rows(out / "C")
+    if args.exact_updates:
+        runs["C"] = run("C", policy_argv(paths, out / "C", args.exact_updates, args) + ["--exact-ranks"], out)
+    a, b, c = rows(out / "A"), rows(out / "B"), rows(out / "C") if args.exact_updates else []
     report = [f"# benchmarks/full_size.py --out {out}{' --bf16' if args.bf16 else ''}{' --small' if args.small else ''}", ""]
     for name, run_rows in (("A", a), ("B resumed", b), ("C (--exact-ranks)", c)):
-        report += summary(name, runs[name.split(" (")[0]], run_rows, args.save_interval)
+        if name.split(" (")[0] in runs:
+            report += summary(name, runs[name.split(" (")[0]], run_rows, args.save_interval)
     steps = f"{b[0]['step']}..{b[-1]['step']}" if b else "none"
     report.append(f"- B was killed at {runs['B killed'].get('killed', float('nan')):.1f} s, after {args.kill_after} "
                   f"updates were logged; resumed, its metrics hold updates {steps}")
     report.append("- B (killed, resumed) against A, largest |difference| over all updates: " +
                   ", ".join(f"{k} {v:.2e}" for k, v in largest_differences(a, b)))
-    report.append("- C (--exact-ranks) against A over its updates, largest |difference|: " +
-                  ", ".join(f"{k} {v:.2e}" for k, v in largest_differences(c, a)))
+    if c:
+        report.append("- C (--exact-ranks) against A over its updates, largest |difference|: " +
+                      ", ".join(f"{k} {v:.2e}" for k, v in largest_differences(c, a)))
     text = "\n".join(report) + "\n"
     (out / "report.md").write_text(text)
     print(text)

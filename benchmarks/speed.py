@@ -77,6 +77,7 @@ PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1 pla
 SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
     "tiny": dict(n_layer=2, n_embd=128, n_head=2, n_positions=256),
     "124m": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024),  # GPT2Config's defaults = GPT-2 124M
+    "774m": dict(n_layer=36, n_embd=1280, n_head=20, n_positions=1024),  # GPT-2 774M, the paper's model
 }
 PHASES = {"sample": "sample", "policy": "policy fwd", "reference": "reference fwd", "score": "reward fwd", "ppo": "PPO"}
 EPISODES_PER_RUN = 1_000_000  # launch.py: ppo.total_episodes of the sentiment task
@@ -559,7 +560,8 @@ def default_reference_micro_batch(device: torch.device, batch_size: int, micro_b
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="speed.py", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES), help="model sizes (default tiny 124m)")
+    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "124m"],
+                   help="model sizes (default tiny 124m)")
     p.add_argument("--batch-size", nargs="+", type=int, default=None,
                    help="episodes per update, one for all sizes or one per size "
                         "(default: 64 tiny and 8 124m on CPU, 512 on a GPU)")
