@@ -15,6 +15,9 @@ rounding (tests/language/test_gpt2.py), with the same modules and weights; other
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -127,15 +130,36 @@ def decode_step(base: nn.Module, tokens: torch.Tensor, columns: torch.Tensor, ca
     return base.ln_f(x)  # [b, d]
 
 
-DECODE_ATTENTION = "sdpa"  # the switch: "sdpa" (PyTorch's fused kernel) or "products" (two batched products)
+DECODE_ATTENTION = "auto"  # the switch: "sdpa" (PyTorch's fused kernel), "products", or "auto" (products on a GPU)
 
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
                      scale: float) -> torch.Tensor:
     """One query per head: [b, h, hd] queries, [b, h, width, hd] keys and values, [b, 1, 1, width] visible columns
-    -> [b, h, 1, hd] softmax(q k / sqrt(hd)) v over the visible columns (DECODE_ATTENTION says how)."""
-    if DECODE_ATTENTION == "sdpa":
+    -> [b, h, 1, hd] softmax(q k / sqrt(hd)) v over the visible columns (DECODE_ATTENTION says how).
+
+    "products": two batched products with full float32 accumulation (no TF32), a masked softmax between. On a GPU,
+    SDPA's float32 kernel tiles queries by 64 and so did 64 times the work of one query: 0.41 ms a call, 59% of a
+    sampling pass (docs/speed.md). A CPU keeps SDPA ("auto"): its numbers stay those of earlier releases.
+    """
+    products = DECODE_ATTENTION == "products" or (DECODE_ATTENTION == "auto" and q.is_cuda)
+    if not products:
         return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=visible, scale=scale)
-    scores = (keys @ q[..., None]).squeeze(-1) * scale  # [b, h, width]
-    weights = torch.softmax(scores.masked_fill_(~visible[:, :, 0], float("-inf")), dim=-1)
-    return weights[:, :, None] @ values  # [b, h, 1, hd]
+    with full_float32_products(q.device):
+        scores = (keys @ q[..., None]).squeeze(-1) * scale  # [b, h, width]
+        weights = torch.softmax(scores.masked_fill_(~visible[:, :, 0], float("-inf")), dim=-1)
+        return weights[:, :, None] @ values  # [b, h, 1, hd]
+
+
+@contextmanager
+def full_float32_products(device: torch.device) -> Iterator[None]:
+    """float32 matrix products on a GPU without TF32 inside (the attention's float32 kernel never used TF32)."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -72,10 +72,15 @@ class StepGraphs:
 
     def run(self, key: tuple, steps: Steps, h: torch.Tensor, columns: torch.Tensor, uniforms: torch.Tensor,
             weights: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The loop for ``key`` replayed on these inputs; captured first when new, or when a weight has moved."""
+        """The loop for ``key`` replayed on these inputs; captured first when new, when a weight has moved, or when
+        the decode attention's switch (gpt2.DECODE_ATTENTION) names other kernels than the capture's."""
+        from lm_human_preference_details.language import gpt2
+
         graph, cache = self._graphs[key]
-        if graph is None or graph.pointers != [w.data_ptr() for w in weights]:
+        if (graph is None or graph.pointers != [w.data_ptr() for w in weights]
+                or graph.attention != gpt2.DECODE_ATTENTION):
             graph = StepGraph(steps, h, columns, uniforms, weights)
+            graph.attention = gpt2.DECODE_ATTENTION
             self._graphs[key] = (graph, cache)
         return graph.replay(h, columns, uniforms)
 

@@ -105,7 +105,7 @@ def test_cuda_aligned_head_keeps_batch_512s_softmax_and_matches_the_plain_comput
         torch.testing.assert_close(a, b, **tol)
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "products"])
+@pytest.mark.parametrize("attention", ["sdpa", "auto"])
 def test_cuda_graph_of_the_sampling_steps_gives_the_eager_loops_numbers_bit_for_bit(policies, attention):
     # every sampling pass with given uniforms (training's) replays one CUDA graph per shape: the eager loop's numbers
     # exactly, with other inputs, and after the weights change in place (an optimizer step)
@@ -138,9 +138,32 @@ def test_cuda_graph_of_the_sampling_steps_gives_the_eager_loops_numbers_bit_for_
         (graph, _), = step_graph.graphs_of(gpu)._graphs.values()  # one shape, captured once
         assert graph is not None
     finally:
-        gpt2.DECODE_ATTENTION = "sdpa"
+        gpt2.DECODE_ATTENTION = "auto"
         gpu.load_state_dict(saved)
         step_graph.graphs_of(gpu)._graphs.clear()
+
+
+def test_cuda_decode_attention_products_equal_sdpa_and_a_graph_follows_the_switch(policies, full_fp32):
+    # the GPU's default decode attention (two float32 products) gives SDPA's numbers to float rounding, and a graph
+    # captured under one switch is captured again under the other
+    from lm_human_preference_details.language import gpt2, step_graph
+
+    _, gpu = policies
+    contexts = torch.tensor(CONTEXTS).cuda()
+    u = torch.rand(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).cuda()
+    outs = {}
+    try:
+        for attention in ("sdpa", "auto"):
+            gpt2.DECODE_ATTENTION = attention
+            outs[attention] = gpu.sample(contexts, length=8, uniforms=u)
+            (graph, _), = step_graph.graphs_of(gpu)._graphs.values()
+            assert graph.attention == attention
+    finally:
+        gpt2.DECODE_ATTENTION = "auto"
+        step_graph.graphs_of(gpu)._graphs.clear()
+    assert torch.equal(outs["sdpa"]["responses"], outs["auto"]["responses"])
+    for k in ("logprobs", "values"):
+        torch.testing.assert_close(outs["auto"][k], outs["sdpa"][k], atol=1e-5, rtol=1e-5)
 
 
 def test_cuda_bf16_autocast_stays_close_to_fp32(policies):
