@@ -51,10 +51,16 @@ class StepGraph:
 
 
 class StepGraphs:
-    """A model's captured loops, one per shape (batch, cache width, length), with the KV cache each one writes."""
+    """A model's captured loops, one per shape (batch, cache width, length) and decode-attention switch, with the KV
+    cache of each shape (the prompt's pass writes it, the loop reads and extends it)."""
 
     def __init__(self):
-        self._graphs: dict[tuple, tuple[StepGraph | None, object]] = {}
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every cache and graph (their memory goes back to PyTorch's allocator)."""
+        self._caches: dict[tuple, object] = {}
+        self._graphs: dict[tuple, StepGraph] = {}
 
     @staticmethod
     def apply(model: nn.Module, like: torch.Tensor, uniforms: torch.Tensor | None) -> bool:
@@ -64,24 +70,22 @@ class StepGraphs:
         return (ENABLED and like.is_cuda and uniforms is not None and not torch.is_autocast_enabled("cuda")
                 and gpt2._block_tail is gpt2.block_tail and not torch.cuda.is_current_stream_capturing())
 
-    def cache(self, key: tuple, make: Callable[[], object]) -> object:
-        """The KV cache of the loop for ``key``: made once, written by every prompt pass of that shape."""
-        if key not in self._graphs:
-            self._graphs[key] = (None, make())
-        return self._graphs[key][1]
+    def cache(self, shape: tuple, make: Callable[[], object]) -> object:
+        """The KV cache for ``shape``: made once, written by every prompt pass of that shape."""
+        if shape not in self._caches:
+            self._caches[shape] = make()
+        return self._caches[shape]
 
-    def run(self, key: tuple, steps: Steps, h: torch.Tensor, columns: torch.Tensor, uniforms: torch.Tensor,
+    def run(self, shape: tuple, steps: Steps, h: torch.Tensor, columns: torch.Tensor, uniforms: torch.Tensor,
             weights: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The loop for ``key`` replayed on these inputs; captured first when new, when a weight has moved, or when
-        the decode attention's switch (gpt2.DECODE_ATTENTION) names other kernels than the capture's."""
+        """The loop for ``shape`` replayed on these inputs; captured first when new for this shape and decode
+        attention (gpt2.DECODE_ATTENTION names the kernels), or when a weight has moved."""
         from lm_human_preference_details.language import gpt2
 
-        graph, cache = self._graphs[key]
-        if (graph is None or graph.pointers != [w.data_ptr() for w in weights]
-                or graph.attention != gpt2.DECODE_ATTENTION):
-            graph = StepGraph(steps, h, columns, uniforms, weights)
-            graph.attention = gpt2.DECODE_ATTENTION
-            self._graphs[key] = (graph, cache)
+        key = (shape, gpt2.DECODE_ATTENTION)
+        graph = self._graphs.get(key)
+        if graph is None or graph.pointers != [w.data_ptr() for w in weights]:
+            graph = self._graphs[key] = StepGraph(steps, h, columns, uniforms, weights)
         return graph.replay(h, columns, uniforms)
 
 
