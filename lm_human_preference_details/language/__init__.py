@@ -4,6 +4,7 @@ built on any Hugging Face causal LM, with the models a flag can name.
     tokenizer.py        GPT-2's byte-level BPE, plus a [PAD] outside its 50257 tokens
     gpt2.py             GPT-2's forward over the real tokens only, and its KV cache
     lm_head.py          the LM head's kernels: the sampling step and chunked log-probs
+    step_graph.py       on a GPU, the sampler's token steps captured once as a CUDA graph and replayed
     model.py            `Policy` and `RewardModel` with the original's semantics; saving and loading them
     interop.py          a saved directory as plain transformers and OpenRLHF read it: EOS pads, the reward's `score`
     cards.py            the model card (README.md) of a saved directory: its run, how to load it, its deviations

@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lm_human_preference_details.language import gpt2
+
 ENABLED = True  # the switch: False runs the eager loop (benchmarks/speed.py --no-cuda-graph measures both)
 
 Steps = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
@@ -65,8 +67,6 @@ class StepGraphs:
     @staticmethod
     def apply(model: nn.Module, like: torch.Tensor, uniforms: torch.Tensor | None) -> bool:
         """Whether the loop may be captured: a CUDA device, given uniforms, no autocast, no torch.compile."""
-        from lm_human_preference_details.language import gpt2
-
         return (ENABLED and like.is_cuda and uniforms is not None and not torch.is_autocast_enabled("cuda")
                 and gpt2._block_tail is gpt2.block_tail and not torch.cuda.is_current_stream_capturing())
 
@@ -80,8 +80,6 @@ class StepGraphs:
             weights: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """The loop for ``shape`` replayed on these inputs; captured first when new for this shape and decode
         attention (gpt2.DECODE_ATTENTION names the kernels), or when a weight has moved."""
-        from lm_human_preference_details.language import gpt2
-
         key = (shape, gpt2.DECODE_ATTENTION)
         graph = self._graphs.get(key)
         if graph is None or graph.pointers != [w.data_ptr() for w in weights]:
