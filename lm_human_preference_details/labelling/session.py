@@ -47,7 +47,7 @@ def check_output_path(raw: str, inputs: Iterable[Optional[str]] = ()) -> Path:
     link, a path under a file or an input; an existing file only where its journal makes it a session's (which
     `LabelSession.resume` then checks). Else a one-line UserError."""
     return check_output_file(raw, flag="--output", inputs=inputs, ours=lambda path: journal_path(path).is_file(),
-                             what="label file")
+                             what="label file", writer="labelling session")
 
 
 def render(items: list[dict], decisions: Decisions, train_on: str, names: bool = True) -> bytes:

@@ -121,7 +121,8 @@ def check_output_dir(raw: str | Path, kind: str, *, flag: str, overwrite: bool, 
 
 
 def check_output_file(raw: str | Path, *, flag: str, inputs: Iterable[Optional[str | Path]] = (),
-                      ours: Optional[Callable[[Path], bool]] = None, what: str = "file") -> Path:
+                      ours: Optional[Callable[[Path], bool]] = None, what: str = "file",
+                      writer: str = "command of this project") -> Path:
     """Whether a command may write the file ``raw`` (its ``flag``): not a directory's name, nor a link, nor under a
     file, never an input; an existing file only where ``ours`` says this project wrote it (None: never); writes
     nothing -> the path."""
@@ -129,16 +130,16 @@ def check_output_file(raw: str | Path, *, flag: str, inputs: Iterable[Optional[s
     if str(raw).endswith(("/", os.sep)) or path.name in ("", ".", "..") or (path.is_dir() and not path.is_symlink()):
         raise UserError(f"{flag} {raw} names a directory; pass the path of a {what} to write, such as "
                         f"{os.path.join(str(raw), 'labels.json' if what == 'label file' else 'out')}")
+    if path.is_symlink():
+        raise UserError(f"{flag} {raw} is a symbolic link; it is never written through nor replaced: pass another "
+                        f"{flag}")
     _check_reachable(path, flag)
     for given in local_inputs(inputs):
         if any(within(out, given) for out in both_paths(path)):
             raise UserError(f"{flag} {raw} is, or lies inside, the input {given}; pass another {flag}")
-    if path.is_symlink():
-        raise UserError(f"{flag} {raw} is a symbolic link; it is never written through nor replaced: pass another "
-                        f"{flag}")
     if path.exists() and (ours is None or not ours(path)):
-        raise UserError(f"{flag} {raw} is a file this project did not write; it is never written over: move it "
-                        f"away, or pass another {flag}")
+        raise UserError(f"{flag} {raw} exists and no {writer} wrote it; it is never written over: move it away, or "
+                        f"pass another {flag}")
     return path
 
 

@@ -61,9 +61,11 @@ def test_four_threads_fetching_one_url_download_it_once(server, tmp_path):
     assert sorted(p.name for p in got[0].parent.iterdir()) == ["f.txt", "f.txt.sha256"]  # no lock file left
 
 
-def test_an_incomplete_assets_directory_is_built_again(tmp_path):
+def test_an_incomplete_assets_directory_is_built_again(tmp_path, monkeypatch):
     from lm_human_preference_details.offline.assets import ensure_offline_assets
+    from lm_human_preference_details.utils import files
 
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path)  # a cache entry: the gate replaces only the cache's (or a run's)
     out = tmp_path / "offline"
     out.mkdir()
     (out / "queries.txt").write_text("cut short\n")  # no labels.json: not a complete entry
