@@ -33,6 +33,8 @@ from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.optim import TF1Adam
 from lm_human_preference_details.run.checkpoint import save_checkpoint, training_state
 from lm_human_preference_details.run.saver import BackgroundSaver
+from lm_human_preference_details.utils.errors import run_main
+from lm_human_preference_details.utils.outputs import check_output_dir, claim_dir
 
 
 def size(path: Path) -> int:
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--rollout-seconds", type=float, default=0.32,
                         help="the next update's rollout, which only reads the weights (H100: 0.205 + 0.069 + 0.049 s)")
     args = parser.parse_args()
+    # a new or empty --out, marked as this benchmark's: its policy/ and checkpoints/ are replaced at each save
+    claim_dir(check_output_dir(args.out, "checkpoint_cost", flag="--out", overwrite=False, noun="output"))
     tokenizer = gpt2_tokenizer()
     policy = Policy(GPT2LMHeadModel(GPT2Config()), tokenizer.pad_token_id, 0.7)
     optimizer = TF1Adam(policy.parameters(), lr=1e-5)
@@ -120,4 +124,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -58,7 +58,7 @@ from lm_human_preference_details.run.plots import (  # noqa: E402
 )
 from lm_human_preference_details.utils.checks import check_utf8_path, expand_home  # noqa: E402
 from lm_human_preference_details.utils.errors import UserError, run_main  # noqa: E402
-from lm_human_preference_details.utils.files import new_or_ours  # noqa: E402
+from lm_human_preference_details.utils.outputs import new_or_ours  # noqa: E402
 
 APPROX_CSV = Path(__file__).resolve().parent / "data" / "oai_baseline_approx.csv"
 # the curves that say whether a run behaves like the baseline (docs/FIDELITY.md, section F: the original's names)
@@ -340,7 +340,7 @@ def not_ours(out: str | Path, target: Path) -> UserError:
 
 def write_outputs(out: Path, report: list[str], panels: list[Panel], columns: int) -> None:
     """The PNG, then the markdown report beside it, each only where nothing is or over what compare.py wrote there
-    (checked again right before each file is put in place: files.new_or_ours); an OS error (disk full, permissions)
+    (checked again right before each file is put in place: outputs.new_or_ours); an OS error (disk full, permissions)
     is one line."""
     try:
         with new_or_ours(out.with_suffix(".png"), is_our_png) as tmp:

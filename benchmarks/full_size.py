@@ -60,12 +60,13 @@ def build_assets(out: Path, rows: int, labels: int, small: bool, seed: int = 0) 
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
     from lm_human_preference_details.offline.pretrain import tiny_gpt2
     from lm_human_preference_details.utils.files import atomic_path
+    from lm_human_preference_details.utils.outputs import atomic_dir
 
     paths = {"model": out / "gpt2-shaped", "labels": out / "labels.json", "queries": out / "books.parquet"}
     if not paths["model"].exists():
         torch.manual_seed(seed)
         model = tiny_gpt2(seed) if small else GPT2LMHeadModel(GPT2Config())  # GPT2Config(): GPT-2 124M's shapes
-        with atomic_path(paths["model"], is_dir=True) as tmp:
+        with atomic_dir(paths["model"], replace=False) as tmp:
             model.save_pretrained(tmp)
             gpt2_tokenizer().save_pretrained(tmp)
     if not paths["labels"].exists():

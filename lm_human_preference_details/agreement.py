@@ -5,8 +5,9 @@ kappa, and each labeller against a reference (gold, the offline task's scorer, o
     python -m lm_human_preference_details.agreement ann.json bob.json --gold-task offline --json
 
 Items are matched across files by their tokens (query and four samples). A label file of ours names each label's
-labeller; a plain OpenAI label file is one labeller's, named after the file (its stem). Chance agreement on a best of
-four is 25%.
+labeller; a plain OpenAI label file is one labeller's, named after the file (its stem: two plain files of one stem are
+refused). Each labeller counts once per item: a second label of an item that disagrees with the first is refused in
+one line naming both. Chance agreement on a best of four is 25%.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lm_human_preference_details.labelling.agreement import (
     CHANCE,
     Labels,
     category_counts,
+    check_stems,
     collect,
     fleiss_kappa,
     overall_agreement,
@@ -48,8 +50,22 @@ class Args:
     """print the figures as one JSON object instead of tables"""
 
 
+def gold_task(task_name: str):
+    """The task ``--gold-task`` names, which must have a gold scorer (offline) -> the task."""
+    from lm_human_preference_details.tasks import TASK_NAMES, get_task  # seconds to import: only with --gold-task
+
+    if task_name not in TASK_NAMES:
+        raise UserError(f"unknown --gold-task {task_name!r}; pass --gold-task offline (the task with a gold scorer)")
+    task = get_task(task_name)
+    if not hasattr(task, "gold_scores"):
+        raise UserError(f"--gold-task {task_name} has no gold scorer; pass --gold-task offline")
+    return task
+
+
 def add_gold(items: Labels, task_name: str) -> None:
-    """The task's gold scorer's pick for every item, as labeller GOLD (labellers.GoldLabeller, as the online run asks it)."""
+    """The task's gold scorer's pick for every item, as labeller GOLD (labellers.GoldLabeller, as the online run asks
+    it); an item whose shapes are not the task's (query and response lengths) is refused in one line: the scorer's
+    pick of another task's samples means nothing."""
     # torch, the tokenizer and the tasks take seconds to import: only with --gold-task
     import torch
 
@@ -57,11 +73,15 @@ def add_gold(items: Labels, task_name: str) -> None:
     from lm_human_preference_details.labelling.labellers import GoldLabeller
     from lm_human_preference_details.labels import OAI_PAD
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
-    from lm_human_preference_details.tasks import get_task
 
-    task = get_task(task_name)
-    if not hasattr(task, "gold_scores"):
-        raise UserError(f"--gold-task {task_name} has no gold scorer; pass --gold-task offline")
+    task = gold_task(task_name)
+    shapes = (task.task.query_length, task.task.response_length)
+    for n, key in enumerate(items):
+        query, *samples = json.loads(key)
+        if (len(query), *{len(s) for s in samples}) != shapes:
+            raise UserError(f"item {n} has a {len(query)}-token query and {sorted({len(s) for s in samples})}-token "
+                            f"samples, and --gold-task {task_name}'s are {shapes[0]} and {shapes[1]}: its gold scorer "
+                            f"judges only its own task's samples; pass label files of the {task_name} task")
     tokenizer = gpt2_tokenizer()
     keys = [key for key, labels in items.items() if all(who != GOLD for who, _ in labels)]
     for key in keys:
@@ -131,7 +151,11 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.files:
         raise UserError("no label file given; pass one or more: python -m lm_human_preference_details.agreement "
                         "labels.json")
-    items = collect([entry for name in args.files for entry in read_label_file(Path(name))])
+    if args.gold_task is not None:
+        gold_task(args.gold_task)  # a bad flag before any file is read
+    paths = [Path(name) for name in args.files]
+    check_stems(paths)
+    items = collect([(path, read_label_file(path)) for path in paths])
     if args.gold_task is not None:
         add_gold(items, args.gold_task)
     result = figures(items, args.reference)

@@ -3,6 +3,9 @@ as OpenRLHF's (docs/sharing.md).
 
     python -m lm_human_preference_details.export labels labels.json OUT
     python -m lm_human_preference_details.export openrlhf RUN/reward_model OUT
+
+OUT is a new or empty directory, or one this command wrote before for the same export (then only with --overwrite):
+the gate of every output decides (utils/outputs.py, docs/runs.md), before anything is read or written.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from tyro.conf import Positional
 
 from lm_human_preference_details.labels import OAI_PAD, read_records, record_tokens
 from lm_human_preference_details.language.interop import openrlhf_config
-from lm_human_preference_details.language.model import load_model_dir, save_model_dir
+from lm_human_preference_details.language.model import load_model_dir, write_model_files
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.utils.errors import UserError, run_main
-from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.outputs import Output, check_output_dir, write_output_dir
 
 PAIRS, BEST_OF_N = "pairs", "best_of_4"  # the dataset's two configurations
 
@@ -40,7 +43,7 @@ def label_rows(source: str | Path, tokenizer) -> tuple[list[dict], list[dict]]:
     item labelled by K labellers gives K rows, and `trains` marks the one whose best is the record's). Texts leave out
     the pads 50259."""
     path = Path(source)
-    records = read_records(path)
+    records = read_records(path, "SOURCE")
     if not records:
         raise UserError(f"label file {path} holds no labels")
     first = records[0] if isinstance(records[0], dict) else {}
@@ -95,14 +98,25 @@ pairs = datasets.load_dataset("parquet", data_files="DIR/{pairs}.parquet", split
 """
 
 
-def export_labels(source: Positional[Path], out: Positional[Path]) -> Path:
+def check_out(out: Path, kind: str, source: Path, overwrite: bool) -> Output:
+    """Whether OUT may be written (utils/outputs.py: new, empty, or this export's own with --overwrite; never the
+    input nor inside it), before anything is read."""
+    return check_output_dir(out, kind, flag="OUT", overwrite=overwrite, inputs=[source], whole=True, noun="export")
+
+
+def export_labels(source: Positional[Path], out: Positional[Path], overwrite: bool = False) -> Path:
     """Write the label file ``source`` (OpenAI's best-of-N schema) as a Hugging Face dataset in ``out``: pairs.parquet
-    (prompt/chosen/rejected), best_of_4.parquet (the labels as they are) and a dataset card naming both."""
+    (prompt/chosen/rejected), best_of_4.parquet (the labels as they are) and a dataset card naming both.
+
+    Args:
+        overwrite: replace OUT where an earlier `export labels` wrote it (only what it wrote there).
+    """
+    output = check_out(out, "labels", source, overwrite)
     import datasets  # seconds to import: a flag's error line never waits for it
 
     pairs, labels = label_rows(source, gpt2_tokenizer())
     n = sum(1 for k in labels[0] if k.startswith("sample") and not k.endswith("_tokens"))
-    with atomic_path(out, is_dir=True) as tmp:
+    with write_output_dir(output) as tmp:
         datasets.Dataset.from_list(pairs).to_parquet(str(tmp / f"{PAIRS}.parquet"))
         datasets.Dataset.from_list(labels).to_parquet(str(tmp / f"{BEST_OF_N}.parquet"))
         (tmp / "README.md").write_text(DATASET_CARD.format(
@@ -112,13 +126,19 @@ def export_labels(source: Positional[Path], out: Positional[Path]) -> Path:
     return out
 
 
-def export_openrlhf(reward_model: Positional[Path], out: Positional[Path]) -> Path:
+def export_openrlhf(reward_model: Positional[Path], out: Positional[Path], overwrite: bool = False) -> Path:
     """Write the saved reward model ``reward_model`` (any of ours, old head.pt ones too) in OpenRLHF's reward-model
     format to ``out``: the base model and a `score` Linear, and mean and std in its config, so that OpenRLHF's
-    normalisation (--normalize_reward, value_head_prefix score) gives our reward exactly."""
+    normalisation (--normalize_reward, value_head_prefix score) gives our reward exactly.
+
+    Args:
+        overwrite: replace OUT where an earlier `export openrlhf` wrote it (only what it wrote there).
+    """
+    output = check_out(out, "openrlhf", reward_model, overwrite)
     model, tokenizer, hparams = load_model_dir(reward_model, "reward")
-    save_model_dir(out, model, tokenizer, hparams)
-    openrlhf_config(out)
+    with write_output_dir(output) as tmp:
+        write_model_files(tmp, model, tokenizer, hparams)
+        openrlhf_config(tmp)
     print(f"wrote the OpenRLHF reward model {out}")
     return out
 

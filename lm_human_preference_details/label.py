@@ -97,7 +97,7 @@ class Args:
             self.output = f"labels_{self.task_name}_seed{self.seed}.json"
         if not self.output.strip():
             raise UserError("--output is empty; pass the path of the label file to write")
-        check_output_path(self.output)
+        check_output_path(self.output, inputs=[self.base_model, self.policy, self.task.query_dataset])
         check_task(self.task)
         self.task = self.task.resolved()
         if self.policy is not None:
@@ -168,7 +168,7 @@ def sample_items(args: Args, device: torch.device) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(build_args, __doc__.split("\n")[0], argv).finalize()
-    output = check_output_path(args.output)
+    output = check_output_path(args.output, inputs=[args.base_model, args.policy, args.task.query_dataset])
     session = LabelSession.resume(output, args.session_flags())  # checked and locked, or None: a new session
     server = LabelServer(args.host, args.port)  # a port in use ends here, before anything is sampled or written
     try:

@@ -20,10 +20,11 @@ from lm_human_preference_details.utils.errors import UserError
 OAI_PAD = 50259  # OAI lm_human_preferences/language/encodings.py: padding_token = len(encoder) + 2
 
 
-def read_records(path: str | Path) -> list:
-    """The parsed JSON list of a label file, read from disk once per process."""
+def read_records(path: str | Path, flag: str = "--labels.source") -> list:
+    """The parsed JSON list of a label file, read from disk once per process; ``flag``: the command's flag that names
+    it, in its messages."""
     path = Path(path)
-    return _read_records(path, path.stat().st_mtime_ns if path.is_file() else None)
+    return _read_records(path, path.stat().st_mtime_ns if path.is_file() else None, flag)
 
 
 def check_label_source(source: str, *, n: int, query_length: int, response_length: int, num_train: int) -> None:
@@ -58,12 +59,12 @@ def local_label_file(source: str, flag: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_records(path: Path, mtime_ns: int | None) -> list:
+def _read_records(path: Path, mtime_ns: int | None, flag: str) -> list:
     if mtime_ns is None:
         what = "is a directory; pass the label file (JSON) itself" if path.is_dir() else "does not exist"
-        raise UserError(f"label file {path} {what}; pass --labels.source a label file or URL")
+        raise UserError(f"label file {path} {what}; pass {flag} a label file or URL")
     # a copy we downloaded can be fetched again; the user's own file can only be fixed by the user
-    fix = "delete it to download it again" if is_downloaded(path) else "fix it or pass another --labels.source"
+    fix = "delete it to download it again" if is_downloaded(path) else f"fix it or pass another {flag}"
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

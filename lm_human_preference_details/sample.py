@@ -40,7 +40,7 @@ from lm_human_preference_details.run.tracking import Tracker
 from lm_human_preference_details.tasks import TaskHParams, get_task, positions_needed
 from lm_human_preference_details.utils.checks import check_output_dir, expand_home
 from lm_human_preference_details.utils.errors import UserError, run_main
-from lm_human_preference_details.utils.files import new_or_ours
+from lm_human_preference_details.utils.outputs import new_or_ours
 
 INITIAL = "initial"  # --compare initial: the base model the policy was fine-tuned from
 

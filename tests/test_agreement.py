@@ -57,11 +57,10 @@ def test_the_offline_gold_scorer_is_a_labeller(tmp_path, capsys, tokenizer):
 
     texts = [" happy happy", " sad", " good fun", " the"]
     samples = [tokenizer.encode(t) for t in texts]
-    width = max(map(len, samples))
-    padded = [s + [50259] * (width - len(s)) for s in samples]  # OpenAI's pads, as the files hold them
+    padded = [s + [50259] * (24 - len(s)) for s in samples]  # OpenAI's pads, as the files hold them: the task's shapes
     gold = max(range(4), key=lambda j: (gold_score(texts[j]), -j))
     other = (gold + 1) % 4
-    item = {"query": [464, 50259], **{f"sample{j}": padded[j] for j in range(4)}, "best": gold, "labeller": "ann",
+    item = {"query": [464] + [50259] * 31, **{f"sample{j}": padded[j] for j in range(4)}, "best": gold, "labeller": "ann",
             "labels": [{"labeller": "ann", "best": gold}, {"labeller": "bob", "best": other}]}
     (tmp_path / "labels.json").write_text(json.dumps([item]))
     result = agreement.main([str(tmp_path / "labels.json"), "--gold-task", "offline", "--json"])
@@ -76,6 +75,9 @@ def test_the_offline_gold_scorer_is_a_labeller(tmp_path, capsys, tokenizer):
     (["single.json"], "no item has labels from two labellers"),
     (["single.json", "--reference", "zed"], "no item has labels from two labellers"),
     (["single.json", "--gold-task", "sentiment"], "--gold-task sentiment has no gold scorer"),
+    (["single.json", "--gold-task", "nosuch"], "unknown --gold-task 'nosuch'"),
+    # another task's shapes: its gold scorer's pick of them would mean nothing
+    (["single.json", "--gold-task", "offline"], "item 0 has a 2-token query and [1]-token samples"),
     (["--nope"], "--nope"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
@@ -83,3 +85,30 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
     (tmp_path / "notes.json").write_text('{"a": 1}')
     (tmp_path / "single.json").write_text(json.dumps([record(0, [("ann", 1)])]))
     assert message in one_error_line(capsys, agreement.main, argv)
+
+
+def test_each_person_counts_once_per_item_and_plain_files_of_one_stem_are_refused(tmp_path, capsys):
+    """A hand-merged file with ann twice on an item (agreeing) counts ann once: no "ann & ann" pair; twice disagreeing,
+    within a file or across files, is one line naming both; two plain files named ann.json are two people, refused."""
+    from helpers.labelling import snapshot
+
+    merged = [record(0, [("ann", 1), ("ann", 1), ("bob", 1)]), record(1, [("ann", 2), ("bob", 3)])]
+    (tmp_path / "merged.json").write_text(json.dumps(merged))
+    result = agreement.main([str(tmp_path / "merged.json"), "--json"])
+    assert [p["labellers"] for p in result["pairs"]] == [["ann", "bob"]] and result["overall"]["pairs"] == 2
+    (tmp_path / "torn.json").write_text(json.dumps([record(0, [("ann", 1), ("bob", 1), ("ann ", 3)])]))
+    (tmp_path / "later.json").write_text(json.dumps([record(1, [("ann", 0)])]))
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        plain = [{k: v for k, v in record(0, [("x", int(d == "b"))]).items() if k not in ("labeller", "labels")}]
+        (tmp_path / d / "ann.json").write_text(json.dumps(plain))
+    before = snapshot(tmp_path)
+    cases = [(["torn.json"], "labeller 'ann' gave item 0 two labels that disagree (sample 1 in torn.json, record 0; "
+                             "sample 3 in torn.json, record 0)"),
+             (["merged.json", "later.json"], "sample 2 in merged.json, record 1; sample 0 in later.json, record 0"),
+             (["a/ann.json", "b/ann.json"], "a/ann.json and b/ann.json are both plain label files named 'ann'")]
+    for argv, message in cases:
+        with pytest.MonkeyPatch.context() as m:
+            m.chdir(tmp_path)
+            assert message in one_error_line(capsys, agreement.main, argv)
+    assert snapshot(tmp_path) == before

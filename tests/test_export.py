@@ -82,3 +82,54 @@ def test_each_label_of_several_labellers_is_a_row_with_its_labeller_and_pairs_fo
         (0, "ann", 1, True), (0, "bob", 2, False), (1, "bob", 3, True)]
     pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pairs.parquet"), split="train")
     assert [(r["label"], r["chosen_sample"]) for r in pairs] == [(0, 1)] * 3 + [(1, 3)] * 3  # ann's 1 trains, not bob's 2
+
+
+def test_out_is_written_only_where_nothing_of_anyone_else_is_and_every_file_stays(tmp_path):
+    """OUT goes through the gate of every output (utils/outputs.py): a run, the label file's own directory, a directory
+    of yours, a file, `.` and `..`, a path under a file or inside the input are each one line before anything is read,
+    with every file as it was; an export's own OUT is replaced with --overwrite only, and never over a file of yours."""
+    from helpers.labelling import snapshot
+
+    run, proj = tmp_path / "run", tmp_path / "proj"
+    (run / "reward" / "reward_model").mkdir(parents=True)
+    (run / ".lmhp-run.json").write_text('{"kind": "policy", "id": "x"}')
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "state.pt").write_bytes(b"weights")
+    (run / "reward" / "reward_model" / "config.json").write_text("{}")
+    (proj / "sub").mkdir(parents=True)
+    (tmp_path / "cwd").mkdir()
+    (proj / "labels.json").write_text(json.dumps(LABELS))
+    (proj / "notes.md").write_text("mine")
+    cases = [(["openrlhf", run / "reward" / "reward_model", run], "holds a policy run, and this is an openrlhf export"),
+             (["labels", proj / "labels.json", proj], "holds files that are not an export of this project"),
+             (["labels", proj / "labels.json", proj / "notes.md"], "is a file; pass a directory"),
+             (["labels", proj / "labels.json", "."], "holds the current directory"),
+             (["labels", proj / "labels.json", ".."], "holds the current directory"),
+             (["labels", proj / "labels.json", proj / "labels.json" / "out"], "lies under the file"),
+             (["openrlhf", run / "reward" / "reward_model", run / "reward" / "reward_model" / "x"],
+              "lies inside, the input"),
+             (["labels", proj / "missing.json", tmp_path / "new"], "pass SOURCE a label file")]
+    before = snapshot(tmp_path)
+    for argv, message in cases:
+        cwd = proj / "sub" if argv[-1] in (".", "..") else tmp_path / "cwd"
+        result = refused_in_process("lm_human_preference_details.export", argv, cwd)
+        line = assert_one_error_line(result, message)
+        assert "--labels.source" not in line
+        assert snapshot(tmp_path) == before, argv
+    out = tmp_path / "out"
+    argv = ["labels", proj / "labels.json", out]
+    refused_in_process("lm_human_preference_details.export", argv, tmp_path / "cwd")
+    first = snapshot(out)
+    assert {"pairs.parquet", "best_of_4.parquet", "README.md", ".lmhp-output.json"} == set(first)
+    assert_one_error_line(refused_in_process("lm_human_preference_details.export", argv, tmp_path / "cwd"),
+                          "already holds a labels export; pass --overwrite")
+    (proj / "labels.json").write_text(json.dumps(LABELS[:1]))
+    assert refused_in_process("lm_human_preference_details.export", [*argv, "--overwrite"], tmp_path / "cwd").returncode == 0
+    assert snapshot(out)["pairs.parquet"] != first["pairs.parquet"]  # replaced, one label now
+    (out / "mine.txt").write_text("a note of yours")
+    before = snapshot(tmp_path)
+    for argv, message in [([*argv, "--overwrite"], "holds 'mine.txt', which this project did not write there"),
+                          (["openrlhf", run / "reward" / "reward_model", out, "--overwrite"],
+                           "holds a labels export, and this is an openrlhf export")]:
+        assert_one_error_line(refused_in_process("lm_human_preference_details.export", argv, tmp_path / "cwd"), message)
+        assert snapshot(tmp_path) == before

@@ -1,9 +1,10 @@
 """How often labellers agree on the best of four (the paper measured labellers against each other and the authors):
 label files read into items (matched by their tokens), pairwise agreement, Fleiss' kappa, agreement with a reference.
 
-An item is its query and four samples (tokens); its labels are (labeller, best) pairs. A file of ours names each
-label's labeller ("labels", else "labeller"); a plain OpenAI label file's records are the labels of a labeller named
-after the file (its stem).
+An item is its query and four samples (tokens); its labels are (labeller, best) pairs, one per labeller: a person
+counts once per item, within a file and across files. A file of ours names each label's labeller ("labels", else
+"labeller"); a plain OpenAI label file's records are the labels of a labeller named after the file (its stem), and two
+such files of one stem are refused (their two people would count as one).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lm_human_preference_details.labelling.journal import N_SAMPLES, is_int, labeller_problem
+from lm_human_preference_details.labelling.journal import N_SAMPLES, is_int, labeller_name, labeller_problem
 from lm_human_preference_details.utils.errors import UserError
 
 CHANCE = 1 / N_SAMPLES  # two labellers choosing at random agree this often on a best of four
@@ -29,8 +30,8 @@ def item_key(record: dict) -> str:
 def record_labels(record: dict, default: str) -> list[tuple[str, int]]:
     """A record's labels: its "labels" list, else its one label (``best``) by its "labeller", else by ``default``."""
     if "labels" in record:
-        return [(label["labeller"], label["best"]) for label in record["labels"]]
-    return [(record.get("labeller", default), record["best"])]
+        return [(labeller_name(label["labeller"]), label["best"]) for label in record["labels"]]
+    return [(labeller_name(record.get("labeller", default)) or default, record["best"])]
 
 
 def record_problem(record) -> Optional[str]:
@@ -67,13 +68,50 @@ def read_label_file(path: Path) -> list[tuple[str, list[tuple[str, int]]]]:
     return [(item_key(r), record_labels(r, path.stem)) for r in records]
 
 
-def collect(files: list[tuple[str, list[tuple[str, int]]]]) -> Labels:
-    """The items of several files' (key, labels), each item's labels in the order read; a labeller's second label of an
-    item (the same item in two of their files) is left out: each labeller counts once per item."""
+def is_plain(path: Path) -> bool:
+    """Whether the label file ``path`` names no labeller (a plain OpenAI file: its labeller is named after its stem)."""
+    try:
+        records = json.loads(path.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(records, list) and any(isinstance(r, dict) and "labels" not in r and "labeller" not in r
+                                             for r in records)
+
+
+def check_stems(paths: list[Path]) -> None:
+    """Plain files name their labeller after their stem: two such files of one stem (or one file given twice) would
+    count two people, or one twice, as one labeller -> a one-line UserError."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        if path.is_file() and is_plain(path):
+            other = seen.setdefault(path.stem, path)
+            if other is not path:
+                raise UserError(f"{other} and {path} are both plain label files named {path.stem!r}: their labels "
+                                f"would count as one labeller's; rename one (its labeller is its file's stem), or "
+                                "pass each file once")
+
+
+def collect(files: list[tuple[Path, list[tuple[str, list[tuple[str, int]]]]]]) -> Labels:
+    """The items of several files (path, [(key, labels)]), each item's labels in the order read, each labeller once per
+    item (within a file and across files): a second label that agrees is left out; one that disagrees is a one-line
+    UserError naming the files and the item (which of the two counts is not ours to guess)."""
     items: Labels = {}
-    for key, labels in files:
-        mine = items.setdefault(key, [])
-        mine += [(who, best) for who, best in labels if all(who != w for w, _ in mine)]
+    where: dict[tuple[str, str], tuple[Path, int]] = {}  # (item, labeller) -> (file, record) of the label kept
+    order: dict[str, int] = {}
+    for path, entries in files:
+        for i, (key, labels) in enumerate(entries):
+            mine = items.setdefault(key, [])
+            order.setdefault(key, len(order))
+            for who, best in labels:
+                kept = next((b for w, b in mine if w == who), None)
+                if kept is None:
+                    mine.append((who, best))
+                    where[(key, who)] = (path, i)
+                elif kept != best:
+                    first, j = where[(key, who)]
+                    raise UserError(f"labeller {who!r} gave item {order[key]} two labels that disagree (sample {kept} "
+                                    f"in {first}, record {j}; sample {best} in {path}, record {i}): a person counts "
+                                    "once per item; keep one of the two labels and run again")
     return items
 
 

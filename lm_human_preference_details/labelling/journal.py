@@ -167,10 +167,20 @@ def training_label(labels: list[tuple[str, int]], train_on: str) -> tuple[str, i
     return next(label for label in labels if counts[label[1]] == top)
 
 
+def labeller_name(name) -> Optional[str]:
+    """A labeller's name as every route takes it (the page's, a label file's, the command labeller's): ``name`` with
+    the blanks at either end trimmed, then 1..64 printable characters -> it, or None. "ann " is "ann": one person is
+    one labeller."""
+    if not isinstance(name, str):
+        return None
+    name = name.strip()
+    return name if 0 < len(name) <= MAX_NAME and name.isprintable() else None
+
+
 def labeller_problem(name) -> Optional[str]:
-    """Why ``name`` is not a labeller's name (a string of 1..64 printable characters, not all blanks), or None."""
-    if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable() and name.strip()):
-        return f"labeller must be a string of 1..{MAX_NAME} printable characters"
+    """Why ``name`` is not a labeller's name (`labeller_name`), or None."""
+    if labeller_name(name) is None:
+        return f"labeller must be a string of 1..{MAX_NAME} printable characters (blanks at either end are trimmed)"
     return None
 
 

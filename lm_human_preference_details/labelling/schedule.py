@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional, get_args
 
+from lm_human_preference_details.labelling.journal import labeller_name as trimmed_name
 from lm_human_preference_details.labelling.journal import labeller_problem
 from lm_human_preference_details.labelling.labellers import check_can_serve, program_name, split_command
 from lm_human_preference_details.utils.checks import check_at_least
@@ -69,7 +70,8 @@ class OnlineHParams:
 
     def command_name(self) -> str:
         """The command labeller's name: --online.labeller-name, else its program's file name."""
-        return self.labeller_name if self.labeller_name is not None else program_name(self.command)
+        name = self.labeller_name if self.labeller_name is not None else program_name(self.command)
+        return trimmed_name(name) or name  # trimmed, as every route takes a name; a bad one is refused by `check`
 
     def check(self, initial_labels: int, task) -> None:
         """The flags against each other and ``task`` (a tasks.Task), each failure one line naming the flag, before

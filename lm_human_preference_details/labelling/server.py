@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs, urlsplit
 
-from lm_human_preference_details.labelling.journal import ANONYMOUS, N_SAMPLES, is_int, labeller_problem, refuse_constant
+from lm_human_preference_details.labelling.journal import (
+    ANONYMOUS,
+    N_SAMPLES,
+    is_int,
+    labeller_name,
+    labeller_problem,
+    refuse_constant,
+)
 from lm_human_preference_details.labelling.session import StaleChoice
 from lm_human_preference_details.utils.errors import UserError
 
@@ -43,11 +50,11 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
         if url.path == "/":
             self.reply(200, self.server.page, "text/html; charset=utf-8")
         elif url.path == "/api/state":
-            query = parse_qs(url.query)
+            query = parse_qs(url.query, keep_blank_values=True)  # an empty name is a bad one, not no name
             client, labeller = query.get("client", [""])[0], query.get("labeller", [ANONYMOUS])[0]
             if (why := labeller_problem(labeller)) is not None:
                 return self.reply_json(400, {"error": f"bad request: {why}"})
-            self.reply_json(200, self.server.session.state(client[:64], labeller))
+            self.reply_json(200, self.server.session.state(client[:64], labeller_name(labeller)))
         else:
             self.reply_json(404, {"error": f"no page {url.path}"})
 
@@ -128,6 +135,7 @@ def request_fields(data: bytes, names: tuple[str, ...], n_items: int) -> dict:
     if "labeller" in names or "labeller" in body:
         if (why := labeller_problem(body.get("labeller"))) is not None:
             raise BadRequest(why)
+        body["labeller"] = labeller_name(body["labeller"])  # as every route takes it: "ann " is "ann"
     for name in (n for n in names if n != "labeller"):
         # an item named with its request may lie past the items now (a page shown before a resume): the session says so
         limit = {"item": n_items if "request" not in body else 2**31, "best": N_SAMPLES}[name]

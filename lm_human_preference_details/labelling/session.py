@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from lm_human_preference_details.labelling.journal import (
     ANONYMOUS,
@@ -35,19 +35,19 @@ from lm_human_preference_details.labelling.journal import (
 )
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import cannot_write_in, remove_leftovers, synced_temporary
+from lm_human_preference_details.utils.outputs import check_output_file
 
 # how long an item shown to one tab is kept from the others after that tab's last sign of life (the page says it is
 # alive every 10 s, label_page.html, and gives its item back when it closes)
 LEASE_S = 30.0
 
 
-def check_output_path(raw: str) -> Path:
-    """The label file named by --output, or a one-line UserError for a name that cannot be a file of ours."""
-    output = Path(raw).expanduser()
-    if raw.endswith(("/", os.sep)) or output.name in ("", ".", ".."):
-        raise UserError(f"--output {raw} names a directory; pass the path of a label file (JSON) to write, such as "
-                        f"{os.path.join(raw, 'labels.json')}")
-    return output
+def check_output_path(raw: str, inputs: Iterable[Optional[str]] = ()) -> Path:
+    """The label file named by --output, as the gate of every output decides (utils/outputs.py): not a directory, a
+    link, a path under a file or an input; an existing file only where its journal makes it a session's (which
+    `LabelSession.resume` then checks). Else a one-line UserError."""
+    return check_output_file(raw, flag="--output", inputs=inputs, ours=lambda path: journal_path(path).is_file(),
+                             what="label file", writer="labelling session")
 
 
 def render(items: list[dict], decisions: Decisions, train_on: str, names: bool = True) -> bytes:

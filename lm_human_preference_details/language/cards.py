@@ -32,6 +32,35 @@ def deviations(hparams: dict) -> list[str]:
     return rows
 
 
+def provenance(kind: str, hparams: dict, labels: dict | None) -> list[str]:
+    """The card's lines on what trained the model: its labels (the label file, or those an online run collected, with
+    the labels each retraining used) and, for a policy, the reward model it trained against (passed, or trained in the
+    run)."""
+    online = hparams.get("online") or {}
+    lines = []
+    if online.get("num_labels"):
+        first = f", the first {labels.get('num_train')} from `{labels.get('source')}`" if labels else ""
+        lines.append(f"- labels: collected online while PPO trained (the paper's section 2.2), by the "
+                     f"`{online.get('labeller')}` labeller: up to {online['num_labels']} labels in the run's "
+                     f"`online/labels.json`{first}; the reward model was trained again up to "
+                     f"{online.get('retrainings')} times, each time on the labels collected by then (the run's "
+                     "`online/reward_KK/`, whose card names how many)")
+    elif labels:
+        lines.append(f"- labels: `{labels.get('source')}` ({labels.get('type', 'best_of_4')}, {labels.get('num_train')} "
+                     "used for training)")
+    if kind != "policy":
+        return lines
+    trained_model = (hparams.get("rewards") or {}).get("trained_model")
+    if trained_model:
+        lines.append(f"- reward model: `{trained_model}` (passed with --rewards.trained-model)")
+    elif online.get("num_labels"):
+        lines.append("- reward model: trained in this run on the labels above, the latest retraining at each update "
+                     "(the run's `online/reward_KK/reward_model`)")
+    elif "rewards" in hparams:
+        lines.append("- reward model: trained in this run on the labels above (the run's `reward/reward_model`)")
+    return lines
+
+
 def _fenced(value) -> str:
     return "```json\n" + json.dumps(value, indent=2, default=str) + "\n```"
 
@@ -49,8 +78,10 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
         pipeline_tag="text-generation" if kind == "policy" else "text-classification",
         tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
     )
-    what = ("A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels" if kind == "policy"
-            else "A GPT-2 reward model trained on best-of-4 labels (one softmax over the four samples' rewards)")
+    how = " collected online while it trained" if (hparams.get("online") or {}).get("num_labels") else ""
+    what = (f"A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels{how}"
+            if kind == "policy" else "A GPT-2 reward model trained on best-of-4 labels (one softmax over the four "
+            "samples' rewards)")
     lines = [f"# {hparams.get('task_name') or 'lm-human-preferences'}: {kind}", "",
              f"{what}, as in Ziegler et al., [Fine-Tuning Language Models from Human Preferences]({PAPER}), "
              "reproduced in PyTorch by lm-human-preference-details from "
@@ -58,12 +89,7 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
              f"- base model: `{base}`" if base else "- base model: unknown",
              f"- task: `{hparams.get('task_name') or 'unknown'}`, queries `{task.get('query_dataset', 'unknown')}`, "
              f"{task.get('query_length', '?')} query tokens, {task.get('response_length', '?')} response tokens"]
-    if labels:
-        lines.append(f"- labels: `{labels.get('source')}` ({labels.get('type', 'best_of_4')}, {labels.get('num_train')} "
-                     "used for training)")
-    trained_model = (hparams.get("rewards") or {}).get("trained_model")
-    if trained_model:
-        lines.append(f"- reward model: `{trained_model}`")
+    lines += provenance(kind, hparams, labels)
     if "update" in hparams:
         lines.append(f"- saved after update {hparams['update']}")
     if tracked:

@@ -24,7 +24,7 @@ from lm_human_preference_details.language.step_graph import StepGraphs, graphs_o
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 from lm_human_preference_details.ppo import entropy_from_logits, logprobs_from_logits
 from lm_human_preference_details.utils.errors import UserError
-from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 
 def prepare_inputs(tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -305,22 +305,30 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
                    metrics: dict | None = None, tracked: str | None = None) -> None:
     """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included),
     with its card (``metrics``: the run's last logged values, ``tracked``: its W&B URL); ``replace=False``: a cache
-    entry, kept if a concurrent writer published it first (files.atomic_path)."""
+    entry, kept if a concurrent writer published it first; else a directory there is replaced only where it is the
+    project's own, a run's entry or the cache's (outputs.atomic_dir)."""
+    try:
+        with atomic_dir(path, replace=replace) as tmp:
+            write_model_files(tmp, model, tokenizer, hparams, metrics=metrics, tracked=tracked)
+    except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
+        raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
+
+
+def write_model_files(directory: Path, model: LMWithHead, tokenizer, hparams: dict, *, metrics: dict | None = None,
+                      tracked: str | None = None) -> None:
+    """The files of a saved model (`save_model_dir`) written into ``directory``, a new one the caller holds (a
+    temporary that utils/outputs.py puts in place)."""
     from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
 
     kind = "reward" if isinstance(model, RewardModel) else "policy"
     score = reward_score(model.head, model.gain, model.bias) if kind == "reward" else None
-    try:
-        with atomic_path(path, is_dir=True, replace=replace) as tmp:
-            # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
-            save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)
-            save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0], kind)
-            head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
-            save_file(head, tmp / HEAD_FILE, metadata={"format": "pt"})
-            (tmp / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
-            write_card(tmp, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
-    except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
-        raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
+    # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
+    save_plain_lm(model.lm, directory, plain_pad_id(tokenizer), score)
+    save_plain_tokenizer(tokenizer, directory, model.lm.get_input_embeddings().weight.shape[0], kind)
+    head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
+    save_file(head, directory / HEAD_FILE, metadata={"format": "pt"})
+    (directory / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
+    write_card(directory, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
 
 
 SAVED_BY = {"reward": ("train_reward.py", "reward_model"), "policy": ("train_policy.py", "policy")}

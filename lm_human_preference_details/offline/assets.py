@@ -27,7 +27,8 @@ from lm_human_preference_details.offline.corpus import NUM_LABELS, TEMPERATURE, 
 from lm_human_preference_details.offline.pretrain import corpus_vocab, make_labels, pretrain, share_unused_rows, tiny_gpt2
 from lm_human_preference_details.utils import files
 from lm_human_preference_details.utils.errors import doing
-from lm_human_preference_details.utils.files import atomic_path, cache_lock
+from lm_human_preference_details.utils.files import cache_lock
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 VERSION = "offline-v6"  # v6: v5's shipped assets, PPO at lr 2.5e-3 (v5: 2e-3, one seed short of a target): docs/offline.md
 
@@ -101,7 +102,7 @@ def ensure_offline_assets(out: Path | None = None) -> Path:
             return out
         replace = out.exists()  # an incomplete entry (its labels.json deleted) is replaced; a new one never replaces
         # another's: a concurrent builder's, where the file system has no locks
-        with doing(f"building the offline task's assets in {out}"), atomic_path(out, is_dir=True, replace=replace) as tmp:
+        with doing(f"building the offline task's assets in {out}"), atomic_dir(out, replace=replace) as tmp:
             print(f"creating the offline task's assets in {out} (once)")
             write_queries(tmp)
             unship(SHIPPED, tmp)

@@ -22,7 +22,7 @@ import torch
 from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
 from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import UserError, disk_full
-from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.outputs import atomic_dir
 from lm_human_preference_details.utils.progress import passed
 
 CHECKPOINTS = "checkpoints"
@@ -127,7 +127,7 @@ def save_checkpoint(run_dir: Path, update: int, state: dict, keep: int) -> Path:
     A failed write is one line (`save_errors`) and leaves every earlier checkpoint as it was.
     """
     path = checkpoint_dir(run_dir, update)
-    with save_errors(run_dir, path), atomic_path(path, is_dir=True) as tmp:
+    with save_errors(run_dir, path), atomic_dir(path) as tmp:
         write_state(state, tmp / STATE_FILE)
         write_checksums(tmp)  # verified by load_checkpoint: a flipped bit is never resumed from
         passed(f"checkpoint-writing {update}")  # written, not yet in place: a kill here leaves only a temporary

@@ -23,6 +23,7 @@ from lm_human_preference_details.run.checkpoint import CHECKPOINTS, list_checkpo
 from lm_human_preference_details.run.checksums import CHECKSUMS
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import atomic_path, hold_lock, lock_holder, remove_leftovers, sha256_of
+from lm_human_preference_details.utils.outputs import RUN_MARKER, check_output_dir
 
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
 # the only entries --overwrite and a restarted reward run delete; "reward" is a policy run's own reward run
@@ -57,7 +58,7 @@ RUN_KINDS = {kind.name: kind for kind in (
     RunKind("sample", SAMPLE_ENTRIES, resumable=False),  # sample.py's output directory
 )}
 
-MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
+MARKER, LOCK = RUN_MARKER, ".lmhp-run.lock"
 # how long a process whose view of the run directory differs from process 0's looks again before the job ends: a file
 # system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
 SHARED_DIR_WAIT_S = 30.0
@@ -87,57 +88,16 @@ def _is_run_entry(path: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> bool:
     return any(path.match(pattern) for pattern in entries)
 
 
-def _within(inner: Path, outer: Path) -> bool:
-    return inner == outer or outer in inner.parents
-
-
-def both_paths(path: str | Path) -> set[Path]:
-    """``path`` as written (absolute, links not followed) and where its links lead: a deletion in the first removes
-    the entry named, a deletion through a link would remove the second."""
-    path = Path(path).expanduser()
-    return {Path(os.path.abspath(path)), path.resolve()}
-
-
-def local_inputs(paths: Iterable[Optional[str]]) -> list[Path]:
-    """The inputs that are files or directories here (Hugging Face names, oai:NAME and URLs are not), each both as
-    written and with its links resolved (`both_paths`)."""
-    return [p for path in paths if path and Path(path).expanduser().exists() for p in sorted(both_paths(path))]
-
-
 def check_run_dir(output_dir: str, kind: str, *, resume: bool, overwrite: bool, inputs: Iterable[Optional[str]] = ()) -> str:
-    """Every rule a run directory must pass before anything is written (module docstring, rules 1-3); writes nothing.
+    """Every rule a run directory must pass before anything is written (module docstring, rules 1-3), as the one gate
+    for every output decides (utils/outputs.py); writes nothing.
 
     -> "fresh" (a new or empty directory), "resume" or "overwrite".
     """
     if not output_dir or not output_dir.strip():
         raise UserError("--output-dir is empty; pass a directory for the run (default: runs/<kind>_<task>_seed<seed>)")
-    run_dir = Path(output_dir)  # expanded once by the flags' finalize (cli.expand_home)
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
-        return "fresh"
-    if not run_dir.is_dir():
-        raise UserError(f"--output-dir {output_dir} is a file; pass a directory (it is made if missing)")
-    marker = read_marker(run_dir)
-    if marker is None:
-        example = sorted(p.name for p in run_dir.iterdir())[0]
-        raise UserError(f"--output-dir {output_dir} holds files that are not a run of this project (e.g. {example!r}); "
-                        "a run is never started over them: pass a new or empty directory")
-    if marker["kind"] != kind:
-        raise UserError(f"--output-dir {output_dir} holds a {marker['kind']} run, and this is a {kind} run: "
-                        f"pass another --output-dir")
-    if not (resume or overwrite):
-        again = ("--resume to continue it, or --overwrite to delete it and start again" if RUN_KINDS[kind].resumable
-                 else "--overwrite to replace it, or another --output-dir")
-        raise UserError(f"{output_dir} already holds a {kind} run; pass {again}")
-    if overwrite:
-        here = both_paths(run_dir)
-        for path in local_inputs(inputs):  # the input and the run directory, each as written and through its links
-            if any(_within(path, run) for run in here):
-                raise UserError(f"--overwrite would delete {path}, an input of this run, which lies in {output_dir}; "
-                                "pass another --output-dir")
-        if any(_within(Path.cwd().resolve(), run) for run in here):
-            raise UserError(f"--overwrite would delete the run in {output_dir}, which holds the current directory; "
-                            "pass another --output-dir")
-    return "resume" if resume else "overwrite"
+    return check_output_dir(output_dir, kind, flag="--output-dir", overwrite=overwrite, resume=resume,
+                            resumable=RUN_KINDS[kind].resumable, inputs=inputs).mode
 
 
 def clear_run(run_dir: Path, entries: tuple[str, ...] = RUN_ENTRIES) -> None:

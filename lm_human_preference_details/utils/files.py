@@ -6,8 +6,8 @@ the next atomic write into the same directory removes it once its owner (same ho
 
 A cache entry (the offline task's assets, a download, a converted ``oai:`` model) is built once however many processes
 and nodes reach it: the builder holds the entry's lock (`cache_lock`), the others wait for it, polling, then find the
-entry built. A directory entry is published with ``replace=False``: a concurrent publish (a file system without
-locks) keeps the first one, and a reader never finds the directory missing.
+entry built. A directory entry is published with ``outputs.atomic_dir(replace=False)``: a concurrent publish (a file
+system without locks) keeps the first one, and a reader never finds the directory missing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from filelock import FileLock, Timeout
 
@@ -101,50 +101,24 @@ def cache_writable(directory: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_path(final: str | os.PathLike, is_dir: bool = False, replace: bool = True) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; rename it onto ``final`` only if the block succeeds.
+def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside the file ``final``; rename it onto ``final`` only if the block succeeds.
 
-    Nothing half-written is ever visible at ``final``: on any error the temporary is removed. ``replace=False`` (a
-    cache entry, the same whoever builds it): a ``final`` that exists by then, published by a concurrent writer, is
-    kept and this one dropped.
+    Nothing half-written is ever visible at ``final``: on any error the temporary is removed. A directory is written
+    through utils/outputs.py (`atomic_dir`), which alone decides whether one that exists may be replaced.
     """
     final = Path(final)
     with cache_writable(final.parent):
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(final.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it owner-only; a renamed directory should not be
-    target = tmp if is_dir else tmp / final.name
     try:
-        yield target
-        if not replace:
-            _publish_once(target, final)
-        elif is_dir and final.exists():
-            old = final.with_name(f"{OLD}~{HOST}~{os.getpid()}~{final.name}")
-            os.replace(final, old)
-            os.replace(target, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(target, final)
+        yield tmp / final.name
+        if (tmp / final.name).is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a directory: write it with outputs.atomic_dir", str(final))
+        os.replace(tmp / final.name, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _publish_once(target: Path, final: Path) -> None:
-    """Rename ``target`` onto a ``final`` that does not exist; a directory that exists (or appears meanwhile) is kept.
-    A file is replaced as usual: a rename onto it is atomic, and a concurrent writer's copy is the same."""
-    if final.exists():
-        return
-    if not target.is_dir():
-        os.replace(target, final)
-        return
-    try:
-        os.rename(target, final)  # onto a non-empty directory it fails: the first publish stays whole
-    except OSError as e:
-        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-            raise
 
 
 @contextlib.contextmanager
@@ -234,41 +208,3 @@ def synced_temporary(final: Path, data: bytes) -> Path:
         os.unlink(tmp)
         raise
     return Path(tmp)
-
-
-@contextlib.contextmanager
-def new_or_ours(final: str | os.PathLike, ours: Callable[[Path], bool]) -> Iterator[Path]:
-    """Yield a temporary path beside the file ``final``; when the block succeeds, put it at ``final`` only where no
-    entry has that name, or over a regular file that ``ours`` says this project wrote (docs/runs.md: never over a file
-    the project did not write, never through a link). The name is taken with a hard link, which fails if anything took
-    it since the check, so nothing that appears meanwhile is replaced. Else FileExistsError naming ``final``."""
-    final = Path(final)
-    with cache_writable(final.parent):
-        final.parent.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(final.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP}~{HOST}~{os.getpid()}~{final.name}~", dir=final.parent))
-    target = tmp / final.name
-    try:
-        yield target
-        if not _take_name(target, final):
-            if final.is_symlink() or not final.is_file() or not ours(final):
-                raise FileExistsError(errno.EEXIST, "not a file this project wrote", str(final))
-            os.replace(target, final)  # a rename replaces the entry itself, never what a link points to
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _take_name(target: Path, final: Path) -> bool:
-    """Put ``target`` at ``final`` if no entry has that name (then True), never over one; False if one has."""
-    try:
-        os.link(target, final)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # a file system without hard links: claim the name exclusively, then rename onto the claim
-        try:
-            os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
-        except FileExistsError:
-            return False
-        os.replace(target, final)
-        return True

@@ -415,22 +415,22 @@ def test_an_out_path_that_is_not_utf8_is_one_line(setup, capsys):
 
 
 def test_new_or_ours_without_hard_links(tmp_path, monkeypatch):
-    """files.new_or_ours on a file system that has no hard links (EPERM): the name is claimed exclusively instead."""
+    """outputs.new_or_ours on a file system that has no hard links (EPERM): the name is claimed exclusively instead."""
     import errno
 
-    from lm_human_preference_details.utils import files
+    from lm_human_preference_details.utils import outputs
 
     def no_links(src, dst):
         raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))
 
-    monkeypatch.setattr(files.os, "link", no_links)
+    monkeypatch.setattr(outputs.os, "link", no_links)
     mine, ours = tmp_path / "mine.md", tmp_path / "ours.md"
     mine.write_text("my notes\n")
     for target in (mine, ours):
         with pytest.raises(FileExistsError) if target == mine else contextlib.nullcontext():
-            with files.new_or_ours(target, ours=lambda path: path == ours) as tmp:
+            with outputs.new_or_ours(target, ours=lambda path: path == ours) as tmp:
                 tmp.write_text("report\n")
     assert mine.read_text() == "my notes\n" and ours.read_text() == "report\n"
-    with files.new_or_ours(ours, ours=lambda path: path == ours) as tmp:  # ours: replaced
+    with outputs.new_or_ours(ours, ours=lambda path: path == ours) as tmp:  # ours: replaced
         tmp.write_text("report 2\n")
     assert ours.read_text() == "report 2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.md", "ours.md"]

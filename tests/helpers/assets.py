@@ -16,6 +16,7 @@ from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline.corpus import corpus
 from lm_human_preference_details.offline.pretrain import tiny_gpt2
 from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 
 def synthetic_labels(n: int, query_length: int, response_length: int, tokenizer, seed: int = 0) -> list[dict]:
@@ -42,7 +43,7 @@ def write_assets(out: str | Path, num_labels: int = 256, query_length: int = 64,
     """Write the tiny model, the query corpus and a label file under ``out``; returns ``out``."""
     out = Path(out)
     tokenizer = gpt2_tokenizer()
-    with atomic_path(out / "tiny-gpt2", is_dir=True) as tmp:
+    with atomic_dir(out / "tiny-gpt2", replace=False) as tmp:
         tiny_gpt2().save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     with atomic_path(out / "queries.txt") as tmp:

@@ -76,8 +76,8 @@ def test_files_of_ours_and_openais_are_matched_by_tokens(tmp_path):
             record(1, 3, labeller="bob")]  # a record with its labeller only
     (tmp_path / "ours.json").write_text(json.dumps(ours))
     (tmp_path / "gold.json").write_text(json.dumps([record(1, 3), record(0, 2), record(7, 0)]))  # OpenAI's: no names
-    files = read_label_file(tmp_path / "ours.json") + read_label_file(tmp_path / "gold.json")
-    items = collect(files + read_label_file(tmp_path / "ours.json"))  # a file read twice counts once per labeller
+    files = [(tmp_path / name, read_label_file(tmp_path / name)) for name in ("ours.json", "gold.json", "ours.json")]
+    items = collect(files)  # a file read twice counts once per labeller
     assert sorted(items.values()) == [[("ann", 1), ("bob", 2), ("gold", 2)], [("bob", 3), ("gold", 3)], [("gold", 0)]]
     assert reference_agreement(items, "gold") == {"ann": (1, 0), "bob": (2, 2)}
 

@@ -198,3 +198,19 @@ def test_the_page_works_through_a_forwarded_port_and_a_name_still_needs_its_own(
         finally:
             done.set()
     assert [r["best"] for r in json.loads((tmp_path / "labels.json").read_text())] == [3]
+
+
+def test_a_name_is_trimmed_on_every_route_and_an_empty_one_is_refused(tmp_path):
+    """"ann " and "ann" are one person: the second label of an item by either is refused as ann's second; an empty
+    name asks for no state (400), as a missing one is anonymous."""
+    out = tmp_path / "labels.json"
+    session = LabelSession.create(out, {**FLAGS, "labels_per_item": 2}, fake_items(2))
+    with serving(session) as url:
+        assert call(url, "/api/state?client=a&labeller=")[0] == 400
+        assert call(url, "/api/state?client=a&labeller=%20%20")[0] == 400
+        assert call(url, "/api/state?client=a&labeller=%20ann%20")[0] == 200
+        assert call(url, "/api/label", {"client": "a", "labeller": "ann ", "item": 0, "best": 1})[0] == 200
+        status, _ = call(url, "/api/label", {"client": "b", "labeller": "ann", "item": 0, "best": 2})
+        assert status == 409  # ann labelled item 0 already
+    session.close()
+    assert [label["labeller"] for label in json.loads(out.read_text())[0]["labels"]] == ["ann"]

@@ -67,3 +67,34 @@ def test_last_metrics_keeps_each_metrics_last_value(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 2, "a"')
     assert last_metrics(tmp_path / "metrics.jsonl") == {"a": 3.0, "b": 2.0}
     assert last_metrics(tmp_path / "none.jsonl") == {}
+
+
+def test_a_card_says_what_trained_the_model(tmp_path):
+    """An online run's policy card says online and names the labels it collected (not the label file's count as its
+    training), a combined run's names the reward model it trained, a passed one is named as passed."""
+    from huggingface_hub import ModelCard
+
+    from lm_human_preference_details.language.cards import write_card
+
+    labels = {"source": "labels.json", "num_train": 8}
+    base = {"base_model": "gpt2", "task": {"query_dataset": "q.txt", "query_length": 4, "response_length": 2}}
+    runs = {
+        "online": {**base, "rewards": {"trained_model": None, "train_new_model": {"labels": labels}},
+                   "online": {"num_labels": 32, "labeller": "gold", "retrainings": 3}},
+        "combined": {**base, "rewards": {"trained_model": None, "train_new_model": {"labels": labels}}},
+        "passed": {**base, "rewards": {"trained_model": "RUN/reward/reward_model"}},
+    }
+    text = {}
+    for name, hparams in runs.items():
+        (tmp_path / name).mkdir()
+        write_card(tmp_path / name, "policy", hparams)
+        text[name] = ModelCard.load(tmp_path / name / "README.md").text
+    assert "collected online while it trained" in text["online"] and "8 used for training" not in text["online"]
+    assert "up to 32 labels in the run's `online/labels.json`, the first 8 from `labels.json`" in text["online"]
+    assert "trained again up to 3 times, each time on the labels collected by then" in text["online"]
+    assert "the latest retraining at each update (the run's `online/reward_KK/reward_model`)" in text["online"]
+    assert "- reward model: trained in this run on the labels above (the run's `reward/reward_model`)" in text["combined"]
+    assert "`labels.json` (best_of_4, 8 used for training)" in text["combined"] and "online" not in text["combined"]
+    assert "- reward model: `RUN/reward/reward_model` (passed with --rewards.trained-model)" in text["passed"]
+    for card in text.values():
+        assert "- base model: `gpt2`" in card and "queries `q.txt`" in card

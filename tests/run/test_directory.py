@@ -35,7 +35,8 @@ from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.run.signals import StopSignals, agree_after_update
 from lm_human_preference_details.utils.errors import Stopped, UserError, run_main
-from lm_human_preference_details.utils.files import atomic_path, remove_leftovers
+from lm_human_preference_details.utils.files import remove_leftovers
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -253,7 +254,8 @@ def test_leftovers_of_killed_writes_are_ours_alone_and_only_when_their_process_i
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
         f".lmhp-tmp~{HOST}~{os.getpid()}~other~abc", f".lmhp-tmp~another-host~{dead.pid}~x~abc", ".x.tmp-1", ".y.old-2",
         "policy"])
-    with atomic_path(tmp_path / "policy", is_dir=True) as tmp:
+    (tmp_path / MARKER).write_text('{"kind": "policy"}')  # a run's entry: the gate lets it be replaced
+    with atomic_dir(tmp_path / "policy") as tmp:
         (tmp / "new").write_text("1")
     assert (tmp_path / "policy" / "new").exists()
 

@@ -1,5 +1,5 @@
 """utils/files.py: a cache entry is built once however many processes reach it (files.cache_lock), and a directory entry's
-publish tolerates a concurrent one (atomic_path(replace=False)): the offline task's assets with the real builder, a
+publish tolerates a concurrent one (outputs.atomic_dir(replace=False)): the offline task's assets with the real builder, a
 download, and the directory swap itself."""
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from pathlib import Path
 from helpers.processes import in_process
 
 from lm_human_preference_details.utils.downloads import fetch
-from lm_human_preference_details.utils.files import HOST, atomic_path, cache_lock, hold_lock, lock_holder
+from lm_human_preference_details.utils.files import HOST, cache_lock, hold_lock, lock_holder
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_directory_entry_published_by_another_writer_meanwhile_is_kept(tmp_path):
     final = tmp_path / "entry"
-    with atomic_path(final, is_dir=True, replace=False) as late:
+    with atomic_dir(final, replace=False) as late:
         (late / "who").write_text("late")
-        with atomic_path(final, is_dir=True, replace=False) as early:  # a concurrent writer that finishes first
+        with atomic_dir(final, replace=False) as early:  # a concurrent writer that finishes first
             (early / "who").write_text("early")
         assert (final / "who").read_text() == "early"
     assert (final / "who").read_text() == "early"  # the first publish stays whole; the late copy is dropped
@@ -38,7 +39,7 @@ def test_a_rename_onto_a_directory_published_at_the_same_moment_is_dropped(tmp_p
     (final / "who").write_text("other")
     real_exists = Path.exists
     monkeypatch.setattr(Path, "exists", lambda self: False if self == final else real_exists(self))
-    with atomic_path(final, is_dir=True, replace=False) as mine:
+    with atomic_dir(final, replace=False) as mine:
         (mine / "who").write_text("mine")
     assert (final / "who").read_text() == "other"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]
@@ -60,9 +61,11 @@ def test_four_threads_fetching_one_url_download_it_once(server, tmp_path):
     assert sorted(p.name for p in got[0].parent.iterdir()) == ["f.txt", "f.txt.sha256"]  # no lock file left
 
 
-def test_an_incomplete_assets_directory_is_built_again(tmp_path):
+def test_an_incomplete_assets_directory_is_built_again(tmp_path, monkeypatch):
     from lm_human_preference_details.offline.assets import ensure_offline_assets
+    from lm_human_preference_details.utils import files
 
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path)  # a cache entry: the gate replaces only the cache's (or a run's)
     out = tmp_path / "offline"
     out.mkdir()
     (out / "queries.txt").write_text("cut short\n")  # no labels.json: not a complete entry
