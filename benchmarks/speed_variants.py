@@ -40,6 +40,8 @@ if str(ROOT) not in sys.path:
 from benchmarks import speed  # noqa: E402
 from lm_human_preference_details.language import gpt2, lm_head, step_graph  # noqa: E402
 from lm_human_preference_details.ranks.devices import pick_device  # noqa: E402
+from lm_human_preference_details.utils.errors import UserError  # noqa: E402
+from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours  # noqa: E402
 
 BEFORE = dict(multiple=1, keep=2**27, graph=False, attention="sdpa")
 # name, switches, the seconds per update it should save against 'before' at 124M, batch 512, on an H200, predicted
@@ -144,16 +146,17 @@ def _seconds(fn, device: torch.device, n: int = 10) -> float:
 def floors(device: torch.device, d: int = 768, rows: int = 2624) -> dict[str, float]:
     """Measured here: the head's [rows, d] x [d, vocab] product's TF32 rate at 50304 (aligned) and 50257 rows, a
     [45056, 768] x [768, 3072] product's, and the copy bandwidth (bytes read + written per second)."""
-    out = {}
+    out, gpu = {}, device.type == "cuda"
+    rows, n = (rows, 10) if gpu else (64, 2)  # a CPU: the steps, small
     h = torch.randn(rows, d, device=device)
     for vocab in (50304, 50257):
         w = torch.randn(vocab, d, device=device)
-        out[f"head product, {vocab} rows, TFLOP/s"] = 2 * rows * d * vocab / _seconds(lambda: h @ w.t(), device) / 1e12
-    x, w = torch.randn(45056 if device.type == "cuda" else 1024, d, device=device), torch.randn(d, 4 * d, device=device)
-    out["MLP product, TFLOP/s"] = 2 * x.shape[0] * d * 4 * d / _seconds(lambda: x @ w, device) / 1e12
-    n = 2**28 if device.type == "cuda" else 2**22
-    a, b = torch.empty(n, device=device), torch.empty(n, device=device)
-    out["copy, TB/s"] = 2 * 4 * n / _seconds(lambda: b.copy_(a), device) / 1e12
+        out[f"head product, {vocab} rows, TFLOP/s"] = 2 * rows * d * vocab / _seconds(lambda: h @ w.t(), device, n) / 1e12
+    x, w = torch.randn(45056 if gpu else 256, d, device=device), torch.randn(d, 4 * d, device=device)
+    out["MLP product, TFLOP/s"] = 2 * x.shape[0] * d * 4 * d / _seconds(lambda: x @ w, device, n) / 1e12
+    size = 2**28 if gpu else 2**22
+    a, b = torch.empty(size, device=device), torch.empty(size, device=device)
+    out["copy, TB/s"] = 2 * 4 * size / _seconds(lambda: b.copy_(a), device, n) / 1e12
     return out
 
 
@@ -255,6 +258,12 @@ def large_row(batch_size: int, repeats: int, device: torch.device, seed: int, mi
     return [f"- GPT-2 774M's shapes: out of memory at every --micro-batch-sequences in {micros}"]
 
 
+def is_our_report(path: Path) -> bool:
+    """A report this script wrote (its first line), which a new run may replace."""
+    with open(path, "rb") as f:
+        return f.readline().startswith(b"# speed_variants.py on ")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="speed_variants.py", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -272,17 +281,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="seed of the weights, queries and sampling (default 1)")
     p.add_argument("--out", default=None, help="also write the report to this markdown file")
     args = p.parse_args(argv)
+    try:  # a new file, or a report this script wrote: checked before anything runs (utils/outputs.py)
+        out = args.out and check_output_file(args.out, flag="--out", ours=is_our_report, what="markdown file",
+                                             writer="run of speed_variants.py")
+    except UserError as e:
+        p.exit(2, f"error: {e}\n")
     device = pick_device(args.device, tf32=True)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("")
+    written: list[str] = []
 
     def emit(lines: list[str]) -> None:  # printed and written as each part ends: a step stopped at its limit keeps them
         text = "\n".join(lines) + "\n"
         print(text, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(text)
+        written.append(text)
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with new_or_ours(out, is_our_report) as tmp:
+                tmp.write_text("".join(written))
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     measured = floors(device)

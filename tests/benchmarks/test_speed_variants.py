@@ -30,3 +30,20 @@ def test_the_gpu_report_runs_on_a_cpu_at_a_tiny_size(tmp_path, capsys):
     assert "sampled tokens per second (8 x 24 in" in text and "TFLOP of matrix products" in text
     assert "CPU operator (self) time of one update of 'after (the defaults)'" in text and "| `aten::" in text
     assert "CPU operator (self) time of one sampling pass of 'after (the defaults)'" in text
+
+
+def test_out_is_a_new_file_or_a_report_of_ours_and_nothing_else_is_touched(tmp_path, capsys):
+    mine = tmp_path / "notes.md"
+    mine.write_text("my notes\n")
+    for out, why in ((mine, "exists and no run of speed_variants.py wrote it"), (tmp_path, "names a directory")):
+        try:
+            speed_variants.main(["--device", "cpu", "--sizes", "--large", "none", "--out", str(out)])
+        except SystemExit as e:
+            assert e.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --out ") and why in err and err.count("\n") == 1
+    assert mine.read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
+    ours = tmp_path / "report.md"
+    ours.write_text("# speed_variants.py on CPU, an earlier run\n")
+    assert speed_variants.main(["--device", "cpu", "--sizes", "--large", "none", "--out", str(ours)]) == 0
+    assert ours.read_text().startswith("# speed_variants.py on CPU, torch ") and "Measured here" in ours.read_text()
