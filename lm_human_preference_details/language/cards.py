@@ -78,17 +78,17 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
                   "model = AutoModelForSequenceClassification.from_pretrained(PATH)  # num_labels 1, `score` has no bias",
                   "tokenizer = AutoTokenizer.from_pretrained(PATH)",
                   "batch = tokenizer([query + response], return_tensors='pt', padding=True)  # on the right",
-                  f"reward = model(**batch).logits[:, 0] + model.config.{REWARD_OFFSET}"]
+                  "reward = model(**batch).logits[:, 0]" + (f" + model.config.{REWARD_OFFSET}" if reward_offset else "")]
     lines += ["```", "", "This project's own code: `lm_human_preference_details.language.model.load_model_dir(PATH, "
               f"'{kind}')` (the same weights with the original's pad semantics and the head's bias)."]
     if kind == "reward":
-        lines += ["", f"**The score differs from this project's reward by a constant**: reward = logits[:, 0] + "
-                  f"`config.{REWARD_OFFSET}` = {reward_offset!r}. The head's bias and the reward's gain and bias "
-                  "have no place in a bias-free `score` Linear; `score.weight` is gain times the head's weight. Text "
-                  "that ends in "
-                  "`<|endoftext|>` (the pad of this directory) is scored at the token before it.",
-                  "", "OpenRLHF: `python -m lm_human_preference_details.export openrlhf PATH OUT` writes a copy whose "
-                  "config holds `mean` = -reward_offset and `std` = 1; with `--normalize_reward` it scores as ours."]
+        lines += ["", ("**The logit is this project's reward**: the reward's constant (the head's bias, the reward's gain "
+                       "and bias) is folded into the final LayerNorm's bias, so `AutoModelForSequenceClassification`, "
+                       "`pipeline('text-classification')` (a regression: no sigmoid), OpenRLHF, vLLM and verl read it as "
+                       "it is." if not reward_offset else
+                       f"**The logit differs from this project's reward by a constant**: reward = logits[:, 0] + "
+                       f"`config.{REWARD_OFFSET}` = {reward_offset!r}."),
+                  "Text that ends in `<|endoftext|>` (the pad of this directory) is scored at the token before it."]
     applied = deviations(hparams)
     lines += ["", "## Deviations from the original that applied", ""]
     lines += [f"- {d}" for d in applied] or ["- none of the README's table"]

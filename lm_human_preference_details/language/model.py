@@ -17,7 +17,13 @@ from torch import nn
 
 from lm_human_preference_details.language.cards import write_card
 from lm_human_preference_details.language.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
-from lm_human_preference_details.language.interop import plain_pad_id, reward_score, save_plain_lm, save_plain_tokenizer
+from lm_human_preference_details.language.interop import (
+    final_norm_bias,
+    plain_pad_id,
+    reward_score,
+    save_plain_lm,
+    save_plain_tokenizer,
+)
 from lm_human_preference_details.language.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.language.model_files import check_model_files, is_local_model
 from lm_human_preference_details.language.tokenizer import load_tokenizer
@@ -293,12 +299,15 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
     try:
         with atomic_path(path, is_dir=True, replace=replace) as tmp:
             # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
-            save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)
+            offset = save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)  # the reward's constant left: 0
             save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0], kind)
-            head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
+            # the heads, and a reward model's final-norm bias as trained: the weights' one has the offset folded in
+            kept = {f"lm.{final_norm_bias(model.lm)}"} if score else set()
+            head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+                    if not k.startswith("lm.") or k in kept}
             save_file(head, tmp / HEAD_FILE, metadata={"format": "pt"})
             (tmp / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
-            write_card(tmp, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
+            write_card(tmp, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=offset)
     except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
         raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
 

@@ -41,13 +41,14 @@ def test_policy_card_reads_back_with_its_run(saved):
     assert json.loads(text.split("```json\n")[1].split("\n```")[0])["ppo"] == {"lr": 1e-5}  # the hyperparameters
 
 
-def test_reward_card_states_the_offset_and_the_labels(saved):
+def test_reward_card_says_the_logit_is_the_reward_and_names_the_labels(saved):
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(saved / "reward_model" / "README.md")
     assert card.data.base_model is None  # a local path is no Hub model name
-    offset = json.loads((saved / "reward_model" / "config.json").read_text())["reward_offset"]
-    for fact in (f"`config.reward_offset` = {offset!r}", "AutoModelForSequenceClassification", "`labels.json`",
+    assert json.loads((saved / "reward_model" / "config.json").read_text())["reward_offset"] == 0.0
+    assert "reward = model(**batch).logits[:, 0]\n" in card.text
+    for fact in ("**The logit is this project's reward**", "AutoModelForSequenceClassification", "`labels.json`",
                  "64 used for training", "| train_reward/eval/accuracy | 0.5 |", "held-out accuracy logged"):
         assert fact in card.text, fact
 

@@ -1,5 +1,5 @@
 """language/interop.py: a saved directory read by plain transformers (a padded batch generates as each prompt alone and
-as our policy's argmax; the reward model scores as ours up to the stated offset), while our own loading keeps [PAD]."""
+as our policy's argmax; the reward model's plain logit is our reward), while our own loading keeps [PAD]."""
 
 from __future__ import annotations
 
@@ -61,18 +61,19 @@ def test_our_loading_keeps_training_pad_and_the_same_tokens(saved, tokenizer):
     assert loaded.get_vocab() == tokenizer.get_vocab()
 
 
-def test_reward_model_loads_as_sequence_classification_and_scores_as_ours_up_to_the_offset(saved, tokenizer):
+def test_reward_model_is_a_regression_classifier_whose_logit_is_our_reward(saved, tokenizer):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from lm_human_preference_details.language.model import load_model_dir
 
     out, reward_model = saved
+    config = json.loads((out / "reward_model" / "config.json").read_text())
+    assert config["architectures"] == ["GPT2ForSequenceClassification"] and config["problem_type"] == "regression"
+    assert config["id2label"] == {"0": "reward"} and config["reward_offset"] == 0.0
     classifier = AutoModelForSequenceClassification.from_pretrained(out / "reward_model")
     assert classifier.config.num_labels == 1 and classifier.score.bias is None
     plain = AutoTokenizer.from_pretrained(out / "reward_model")
     assert plain.padding_side == "right" and plain.pad_token_id == classifier.config.pad_token_id == 50256
-    offset = json.loads((out / "reward_model" / "config.json").read_text())["reward_offset"]
-    assert offset == pytest.approx(1.7 * 0.25 - 0.4)  # gain * head bias + bias
     torch.manual_seed(2)
     tokens = torch.randint(0, 50000, (6, 12))
     tokens[1, 8:], tokens[3, 5:] = 50257, 50257  # our [PAD], right after real tokens
@@ -81,9 +82,26 @@ def test_reward_model_loads_as_sequence_classification_and_scores_as_ours_up_to_
         ours = reward_model(tokens)
         reloaded = load_model_dir(out / "reward_model", "reward")[0](tokens)
         theirs = classifier(input_ids=ids, attention_mask=mask).logits[:, 0]
-    assert torch.equal(reloaded, ours)
-    torch.testing.assert_close(theirs + offset, ours, rtol=1e-5, atol=1e-5)
-    assert (theirs - ours).abs().min() > 0.01  # the offset is really there
+    assert torch.equal(reloaded, ours)  # our loader restores the trained final-norm bias
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+    assert (1.7 * 0.25 - 0.4) > 0.01  # the constant folded in is not a rounding error
+
+
+def test_text_classification_pipeline_reads_our_reward_with_and_without_function_to_apply(saved, tokenizer):
+    from transformers import pipeline
+
+    from lm_human_preference_details.language.tokenizer import encode_plain
+
+    out, reward_model = saved
+    classify = pipeline("text-classification", model=str(out / "reward_model"))
+    tokens = encode_plain(tokenizer, PROMPTS)
+    width = max(map(len, tokens))
+    with torch.no_grad():  # right-padded with our [PAD]: read at the last real token
+        ours = reward_model(torch.tensor([t + [50257] * (width - len(t)) for t in tokens])).tolist()
+    for kwargs in ({"function_to_apply": "none"}, {}):  # a regression's default is none: no sigmoid
+        scores = [r["score"] for r in classify(PROMPTS, **kwargs)]
+        assert [r["label"] for r in classify(PROMPTS, **kwargs)] == ["reward"] * len(PROMPTS)
+        assert scores == pytest.approx(ours, rel=0, abs=1e-5)
 
 
 def test_a_directory_saved_with_a_pickled_head_still_loads(saved, tiny_model_dir, tmp_path):
