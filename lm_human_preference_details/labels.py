@@ -1,8 +1,9 @@
 """OpenAI's human-label files (FIDELITY A2 OAI pad remap): read once, checked against the schema, pad 50259 mapped to ours.
 
 A best_of_N file is a JSON list of records {query, sample0..sample{N-1}, best}, each token list already padded with
-50259, gzipped when its name ends in .gz (the package's own labels.json.gz). Both the labels (train_reward.py) and the queries alone (`--task.query-dataset
-oai-label-queries`, queries/oai2019.py) are read here; any mismatch is a one-line UserError naming the file, record and field.
+50259, gzipped when its name ends in .gz (the package's own labels.json.gz). Both the labels (train_reward.py) and the
+queries alone (`--task.query-dataset oai-label-queries`, queries/oai2019.py) are read here; any mismatch is a one-line
+UserError naming the file, record and field.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ labels, the run's hyperparameters and final metrics, its W&B run, how to load it
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
@@ -32,6 +33,27 @@ def deviations(hparams: dict) -> list[str]:
     return rows
 
 
+# the metrics a card's model-index reports (the Hub shows them): name -> (the run's metric, what it is)
+INDEX_METRICS = {"reward": {"accuracy": ("train_reward/eval/accuracy", "held-out accuracy")},
+                 "policy": {"reward": ("ppo/objective/score", "final score"), "kl": ("ppo/objective/kl", "final KL")}}
+
+
+def model_index(kind: str, hparams: dict, shown: dict) -> dict:
+    """ModelCardData's model_name and eval_results for the card's front matter (the Hub's model-index): a reward model's
+    held-out accuracy on its labels, a policy's final score and KL on its queries; {} when the run logged none."""
+    from huggingface_hub import EvalResult
+
+    task = hparams.get("task") or {}
+    labels = hparams.get("labels") or {}
+    dataset = (str(labels.get("source") or "labels") if kind == "reward" else str(task.get("query_dataset") or "queries"))
+    name = Path(dataset.rstrip("/")).name or dataset  # a name, never a machine's path
+    found = [EvalResult(task_type="text-classification" if kind == "reward" else "text-generation", dataset_type=name,
+                        dataset_name=name, metric_type=metric, metric_name=what, metric_value=float(shown[key]))
+             for metric, (key, what) in INDEX_METRICS[kind].items() if isinstance(shown.get(key), (int, float))]
+    model_name = f"{hparams.get('task_name') or 'lm-human-preferences'}-{'policy' if kind == 'policy' else 'reward-model'}"
+    return {"model_name": model_name, "eval_results": found} if found else {}
+
+
 def _fenced(value) -> str:
     return "```json\n" + json.dumps(value, indent=2, default=str) + "\n```"
 
@@ -43,11 +65,14 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
     base = hparams.get("base_model")
     task = hparams.get("task") or {}
     labels = hparams.get("labels") or (((hparams.get("rewards") or {}).get("train_new_model") or {}).get("labels"))
+    results = hparams.get("results")
+    shown = {**(results if isinstance(results, dict) else {}), **(metrics or {})}
     data = ModelCardData(
         base_model=base if isinstance(base, str) and not is_local_model(base) else None,  # the Hub takes model names only
         library_name="transformers", license="mit",
         pipeline_tag="text-generation" if kind == "policy" else "text-classification",
         tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
+        **model_index(kind, hparams, shown),
     )
     what = ("A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels" if kind == "policy"
             else "A GPT-2 reward model trained on best-of-4 labels (one softmax over the four samples' rewards)")
@@ -92,8 +117,6 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
     applied = deviations(hparams)
     lines += ["", "## Deviations from the original that applied", ""]
     lines += [f"- {d}" for d in applied] or ["- none of the README's table"]
-    results = hparams.get("results")
-    shown = {**(results if isinstance(results, dict) else {}), **(metrics or {})}
     if shown:
         lines += ["", "## Final metrics", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(shown.items())]
@@ -112,3 +135,34 @@ def last_metrics(metrics_file: Path) -> dict[str, float]:
                 continue
             last.update({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))})
     return last
+
+
+def portable_paths(hparams: dict, where: Path) -> dict:
+    """``hparams`` with each absolute path (a one-line string that starts with /) written so that no machine's directories
+    are published with a model saved at ``where`` (a Hub push sends hparams.json and README.md): relative to ``where``
+    within its run (RUN/reward/reward_model from RUN/policy: ../reward/reward_model), else ~/... under the home
+    directory, else relative to ``where``. `saved_path` reads them back."""
+    where = Path(os.path.abspath(where))
+    home = Path.home()
+
+    def portable(value):
+        if isinstance(value, dict):
+            return {k: portable(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [portable(v) for v in value]
+        if not (isinstance(value, str) and os.path.isabs(value) and "\n" not in value):
+            return value
+        relative = os.path.relpath(value, where)
+        if relative.split(os.sep)[1:2] != [os.pardir] or not Path(value).is_relative_to(home):
+            return relative  # inside the run (at most one level up from the saved directory), or outside the home
+        return "~/" + Path(value).relative_to(home).as_posix()
+
+    return portable(hparams)
+
+
+def saved_path(value: str, where: str | Path) -> str:
+    """A path read from the hparams of the model saved at ``where`` (`portable_paths`) -> one this machine opens: ~
+    expanded, a relative path that exists beside ``where`` made absolute, anything else (a model name) as it is."""
+    value = os.path.expanduser(value)
+    beside = os.path.normpath(os.path.join(os.path.abspath(where), value))
+    return beside if not os.path.isabs(value) and os.path.exists(beside) else value

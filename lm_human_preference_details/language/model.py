@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lm_human_preference_details.language.cards import write_card
+from lm_human_preference_details.language.cards import portable_paths, write_card
 from lm_human_preference_details.language.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
 from lm_human_preference_details.language.interop import (
     final_norm_bias,
@@ -295,6 +295,7 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
     from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
 
     kind = "reward" if isinstance(model, RewardModel) else "policy"
+    hparams = portable_paths(hparams, Path(path))  # no machine's directories in what a Hub push sends
     score = reward_score(model.head, model.gain, model.bias) if kind == "reward" else None
     try:
         with atomic_path(path, is_dir=True, replace=replace) as tmp:
