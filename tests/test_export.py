@@ -33,6 +33,46 @@ def test_labels_become_three_pairs_per_label_and_the_best_of_4_schema(tmp_path, 
     labels = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "best_of_4.parquet"), split="train")
     assert labels["best"] == [1, 3] and labels["sample2_tokens"][1] == [262, 50259]  # the file's tokens as they are
     assert labels["query"][0] == text([464, 7850])
+    tokens = datasets.load_dataset(str(tmp_path / "out"), "pair_tokens", split="train", cache_dir=str(tmp_path / "cache"))
+    assert tokens.to_list()[:3] == [  # query + sample as labelled, pads left out, no EOS
+        {"chosen_ids": [464, 7850, 290, 13], "rejected_ids": [464, 7850, *rejected], "prompt_length": 2, "label": 0,
+         "chosen_sample": 1, "rejected_sample": j} for j, rejected in ((0, [13]), (2, [257]), (3, [262, 1110]))]
+    assert tokens["chosen_ids"][3:] == [[32, 3797, 318, 290]] * 3
+
+
+def test_the_dataset_card_has_the_hubs_metadata_and_the_license_given(tmp_path):
+    from huggingface_hub import DatasetCard
+
+    from lm_human_preference_details import export
+
+    (tmp_path / "labels.json").write_text(json.dumps(LABELS))
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "mit")])
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "cc"), "--license", "cc-by-4.0"])
+    card = DatasetCard.load(tmp_path / "mit" / "README.md").data
+    assert (card.license, card.language, card.size_categories) == ("mit", ["en"], ["n<1K"])
+    assert set(card.task_categories) == {"text-classification", "text-generation"}
+    assert [c["config_name"] for c in card.configs] == ["pairs", "pair_tokens", "best_of_4"]
+    assert DatasetCard.load(tmp_path / "cc" / "README.md").data.license == "cc-by-4.0"
+    assert export.size_category(999) == "n<1K" and export.size_category(8192) == "1K<n<10K"
+
+
+def test_a_gzipped_label_file_exports_as_the_plain_one_and_the_packages_own_reads(tmp_path):
+    import gzip
+
+    import datasets
+
+    from lm_human_preference_details import export
+    from lm_human_preference_details.labels import read_records
+    from lm_human_preference_details.offline.assets import SHIPPED
+
+    (tmp_path / "labels.json").write_text(json.dumps(LABELS))
+    (tmp_path / "labels.json.gz").write_bytes(gzip.compress((tmp_path / "labels.json").read_bytes()))
+    for name in ("labels.json", "labels.json.gz"):
+        export.main(["labels", str(tmp_path / name), str(tmp_path / f"out-{name}")])
+    plain, gzipped = (datasets.load_dataset("parquet", data_files=str(tmp_path / f"out-{name}" / "pairs.parquet"),
+                                            split="train").to_list() for name in ("labels.json", "labels.json.gz"))
+    assert plain == gzipped and len(plain) == 6
+    assert len(read_records(SHIPPED / "labels.json.gz")) > 1000  # the offline task's labels, as the package ships them
 
 
 def test_a_bad_label_file_is_one_line(tmp_path):
@@ -84,3 +124,22 @@ def test_each_label_of_several_labellers_is_a_row_with_its_labeller_and_pairs_fo
         (0, "ann", 1, True), (0, "bob", 2, False), (1, "bob", 3, True)]
     pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pairs.parquet"), split="train")
     assert [(r["label"], r["chosen_sample"]) for r in pairs] == [(0, 1)] * 3 + [(1, 3)] * 3  # ann's 1 trains, not bob's 2
+
+
+def test_verl_rl_data_is_the_tasks_queries_as_one_user_message_each(tmp_path, monkeypatch, tokenizer):
+    import datasets
+
+    from lm_human_preference_details import export
+    from lm_human_preference_details.utils import files
+
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")  # the offline task's assets, built for this test
+    export.main(["verl", "offline", str(tmp_path / "verl"), "--num-queries", "5", "--mode", "test"])
+    rows = datasets.load_dataset("parquet", data_files=str(tmp_path / "verl" / "test.parquet"), split="train").to_list()
+    assert len(rows) == 5 and {r["data_source"] for r in rows} == {"lm-human-preferences/offline"}
+    assert {(r["reward_model"]["style"], r["ability"]) for r in rows} == {("model", "lm-human-preferences")}
+    assert [r["extra_info"]["index"] for r in rows] == list(range(5)) and rows[0]["extra_info"]["split"] == "test"
+    for row in rows:
+        (message,) = row["prompt"]
+        tokens = row["extra_info"]["query_tokens"]
+        assert message["role"] == "user" and message["content"] == tokenizer.decode(tokens)
+        assert 0 < len(tokens) <= 64 and 50257 not in tokens  # the offline task's query length, pads left out

@@ -30,6 +30,11 @@ PADDING_SIDES = {"policy": "left", "reward": "right"}  # generation pads on the 
 REWARD_OFFSET = "reward_offset"  # config.json: reward = score logit + reward_offset (0 once folded into the weights)
 REWARD_LABELS = {"problem_type": "regression", "id2label": {0: "reward"}, "label2id": {"reward": 0}}  # one raw scalar:
 # the text-classification pipeline applies no sigmoid to a regression's logit
+# The messages' texts one after the other, nothing between them and no generation prompt: a query as one user message
+# and its response as the assistant's give query + response, the text our models read. Code that formats chats with
+# the tokenizer (verl's RL data and reward loop) then sees our plain texts; `generate` and TRL's standard (not
+# conversational) data never use it.
+PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 SCORE = "score"  # GPT2ForSequenceClassification's head, and OpenRLHF's default value_head_prefix
 
 
@@ -96,8 +101,14 @@ def save_plain_lm(lm: nn.Module, path: Path, pad_id: int,
 
 def save_plain_tokenizer(tokenizer, path: Path, n_embeddings: int, kind: str) -> None:
     """``tokenizer`` via save_pretrained, without the tokens past the model's ``n_embeddings`` rows (our [PAD]),
-    padding with EOS (`plain_pad_id`) on the side a ``kind`` ('policy' or 'reward') model needs."""
-    tokenizer.save_pretrained(path)
+    padding with EOS (`plain_pad_id`) on the side a ``kind`` ('policy' or 'reward') model needs, and with
+    `PLAIN_CHAT_TEMPLATE` unless it has a chat template of its own."""
+    own = tokenizer.chat_template
+    tokenizer.chat_template = own or PLAIN_CHAT_TEMPLATE
+    try:
+        tokenizer.save_pretrained(path)
+    finally:
+        tokenizer.chat_template = own  # the live tokenizer as it was
     fast = path / "tokenizer.json"
     if fast.is_file():
         data = json.loads(fast.read_text(encoding="utf-8"))

@@ -37,6 +37,22 @@ def test_saved_policy_pads_with_eos_on_the_left_in_its_tokenizer_config_and_gene
     assert GenerationConfig.from_pretrained(out / "policy").pad_token_id == 50256
 
 
+def test_saved_tokenizers_chat_template_concatenates_as_verl_formats_prompts_and_reward_inputs(saved):
+    """verl's RL data (RLHFDataset: the prompt's messages with a generation prompt) and its reward loop (the prompt's
+    messages plus the response as the assistant's, no generation prompt) give our plain texts: query, query + response."""
+    from transformers import AutoTokenizer
+
+    out, _ = saved
+    query, response = "An old man walked into the garden and", " sat down. <|endoftext|>"
+    for kind in ("policy", "reward_model"):
+        tokenizer = AutoTokenizer.from_pretrained(out / kind)
+        messages = [{"role": "user", "content": query}]
+        assert tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == query
+        chat = [*messages, {"role": "assistant", "content": response}]
+        assert tokenizer.apply_chat_template(chat, add_generation_prompt=False, tokenize=False) == query + response
+        assert tokenizer(query)["input_ids"] == tokenizer.encode(query)  # plain text tokenises as before: no specials
+
+
 def test_padded_batch_generates_as_each_prompt_alone_and_as_our_argmax(saved, tiny_policy, tokenizer):
     out, _ = saved
     together, alone = greedy_batch_and_alone(out / "policy", PROMPTS, new_tokens=6)
