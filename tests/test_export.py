@@ -4,7 +4,9 @@ labels as they are), and a reward model in OpenRLHF's format that OpenRLHF's loa
 from __future__ import annotations
 
 import json
+import math
 
+import pytest
 import torch
 from helpers.errors import assert_one_error_line
 from helpers.plain_hf import openrlhf_rewards, plain_pairs
@@ -143,3 +145,69 @@ def test_verl_rl_data_is_the_tasks_queries_as_one_user_message_each(tmp_path, mo
         tokens = row["extra_info"]["query_tokens"]
         assert message["role"] == "user" and message["content"] == tokenizer.decode(tokens)
         assert 0 < len(tokens) <= 64 and 50257 not in tokens  # the offline task's query length, pads left out
+
+
+@pytest.fixture
+def trl_run(tmp_path):
+    """What TRL's trainers take on a CPU for a few steps in fp32 (TRL defaults to bf16), saving nothing: ->
+    TrainingArguments' keywords."""
+    return {"output_dir": str(tmp_path / "trl"), "max_steps": 2, "logging_steps": 1, "report_to": [], "use_cpu": True,
+            "save_strategy": "no", "learning_rate": 1e-3, "bf16": False, "dataloader_num_workers": 0, "disable_tqdm": True,
+            "seed": 0}
+
+
+def test_trls_reward_trainer_reads_our_reward_on_the_labelled_tokens_and_trains(tiny_model_dir, tmp_path, trl_run):
+    """RewardTrainer on a saved reward model and `pair_tokens`: its first step's rewards (all six pairs in one batch,
+    before any update) are ours on the same tokens, then two steps train."""
+    import datasets
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    from lm_human_preference_details import export
+    from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
+    from lm_human_preference_details.language.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    torch.manual_seed(3)
+    reward_model = RewardModel(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id)
+    with torch.no_grad():
+        reward_model.head.bias.fill_(0.3), reward_model.gain.fill_(1.5), reward_model.bias.fill_(-1.0)
+    save_model_dir(tmp_path / "reward_model", reward_model, tokenizer, {"labels": {}})
+    (tmp_path / "labels.json").write_text(json.dumps(LABELS))
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "out")])
+    pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pair_tokens.parquet"), split="train")
+    with torch.no_grad():
+        ours = torch.cat([reward_model(torch.tensor([ids])) for ids in [*pairs["chosen_ids"], *pairs["rejected_ids"]]])
+    trainer = RewardTrainer(model=AutoModelForSequenceClassification.from_pretrained(tmp_path / "reward_model"),
+                            args=RewardConfig(**trl_run, per_device_train_batch_size=len(pairs)), train_dataset=pairs,
+                            processing_class=AutoTokenizer.from_pretrained(tmp_path / "reward_model"))
+    trainer.train()
+    first, second = trainer.state.log_history[:2]
+    assert first["min_reward"] == pytest.approx(ours.min().item(), abs=1e-5)
+    assert first["max_reward"] == pytest.approx(ours.max().item(), abs=1e-5)
+    assert first["mean_reward"] == pytest.approx(ours.mean().item(), abs=1e-5)
+    assert second["loss"] < first["loss"] and trainer.state.global_step == 2
+
+
+def test_trls_dpo_trainer_trains_the_offline_tasks_tiny_gpt2_on_exported_pairs(tmp_path, monkeypatch, trl_run):
+    """DPOTrainer on the text pairs, with the offline task's tiny GPT-2 as docs/offline.md offers it: its tokenizer
+    pads with a token the model embeds (TRL pads with the tokenizer's pad)."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from lm_human_preference_details import export
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
+    from lm_human_preference_details.utils import files
+
+    monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache")
+    tiny = ensure_offline_assets() / "tiny-gpt2"
+    (tmp_path / "labels.json").write_text(json.dumps(LABELS))
+    export.main(["labels", str(tmp_path / "labels.json"), str(tmp_path / "out")])
+    pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "out" / "pairs.parquet"), split="train")
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny), train_dataset=pairs,
+                         args=DPOConfig(**trl_run, per_device_train_batch_size=3),
+                         processing_class=AutoTokenizer.from_pretrained(tiny))
+    trainer.train()
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses) and trainer.state.global_step == 2
