@@ -65,12 +65,20 @@ def fold_offset(beta: torch.Tensor, weight: torch.Tensor, offset: float) -> torc
     return (beta.double() + offset * w / w.dot(w)).to(beta.dtype)
 
 
-def save_plain_lm(lm: nn.Module, path: Path, pad_id: int,
-                  score: tuple[torch.Tensor, float] | None = None) -> float | None:
+def policy_sampling(temperature: float, response_length: int | None) -> dict:
+    """A policy's sampling as a GenerationConfig's fields: the softmax at the task's temperature, no top-k or top-p,
+    the task's response length (FIDELITY C1 plain sampling)."""
+    # OAI lm_human_preferences/language/sample.py: sample_sequence (temperature, top_k 0, top_p 1, length)
+    length = {"max_new_tokens": response_length} if isinstance(response_length, int) else {}
+    return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0, **length}
+
+
+def save_plain_lm(lm: nn.Module, path: Path, pad_id: int, score: tuple[torch.Tensor, float] | None = None,
+                  sampling: dict | None = None) -> float | None:
     """``lm`` via save_pretrained, its config and generation config padding with ``pad_id``; a reward model's ``score``
     (weight, offset) also as a sequence classifier's: `score.weight` in the weights, the offset folded into the final
     norm's bias (`fold_offset`), its config's architecture, one regression label and the `reward_offset` left (0)
-    -> that offset left (None for a policy)."""
+    -> that offset left (None for a policy); a policy's ``sampling`` (`policy_sampling`) in its generation config."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as CLASSIFIERS
 
     state_dict, offset = None, None
@@ -95,6 +103,7 @@ def save_plain_lm(lm: nn.Module, path: Path, pad_id: int,
     if getattr(lm, "generation_config", None) is not None:
         generation = copy.deepcopy(lm.generation_config)
         generation.pad_token_id = pad_id
+        generation.update(**(sampling or {}))  # `generate` and pipeline() sample as the task does by default
         generation.save_pretrained(path)
     return offset
 

@@ -20,6 +20,7 @@ from lm_human_preference_details.language.gpt2 import KVCache, decode_step, pack
 from lm_human_preference_details.language.interop import (
     final_norm_bias,
     plain_pad_id,
+    policy_sampling,
     reward_score,
     save_plain_lm,
     save_plain_tokenizer,
@@ -300,7 +301,9 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
     try:
         with atomic_path(path, is_dir=True, replace=replace) as tmp:
             # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
-            offset = save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score)  # the reward's constant left: 0
+            length = (hparams.get("task") or {}).get("response_length")
+            sampling = None if score else policy_sampling(model.temperature, length)  # the task's, for `generate`
+            offset = save_plain_lm(model.lm, tmp, plain_pad_id(tokenizer), score, sampling)  # the reward's constant left: 0
             save_plain_tokenizer(tokenizer, tmp, model.lm.get_input_embeddings().weight.shape[0], kind)
             # the heads, and a reward model's final-norm bias as trained: the weights' one has the offset folded in
             kept = {f"lm.{final_norm_bias(model.lm)}"} if score else set()

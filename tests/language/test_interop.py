@@ -22,7 +22,7 @@ def saved(tiny_model_dir, tiny_policy, tmp_path_factory):
     reward_model = RewardModel(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id)
     with torch.no_grad():
         reward_model.head.bias.fill_(0.25), reward_model.gain.fill_(1.7), reward_model.bias.fill_(-0.4)
-    save_model_dir(out / "policy", tiny_policy, tokenizer, {"task": {}, "ppo": {}})
+    save_model_dir(out / "policy", tiny_policy, tokenizer, {"task": {"response_length": 9}, "ppo": {}})
     save_model_dir(out / "reward_model", reward_model, tokenizer, {"task": {}, "labels": {}})
     return out, reward_model
 
@@ -35,6 +35,24 @@ def test_saved_policy_pads_with_eos_on_the_left_in_its_tokenizer_config_and_gene
     assert tokenizer.pad_token_id == 50256 and tokenizer.padding_side == "left" and len(tokenizer) == 50257
     assert AutoConfig.from_pretrained(out / "policy").pad_token_id == 50256
     assert GenerationConfig.from_pretrained(out / "policy").pad_token_id == 50256
+
+
+def test_saved_policy_samples_as_its_task_by_default(saved):
+    """generation_config.json: the softmax at the policy's temperature (0.7), no top-k or top-p, the task's length."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    out, _ = saved
+    config = GenerationConfig.from_pretrained(out / "policy")
+    assert (config.do_sample, config.temperature, config.top_k, config.top_p, config.max_new_tokens) == (
+        True, 0.7, 0, 1.0, 9)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out / "policy"), AutoTokenizer.from_pretrained(out / "policy")
+    batch = tokenizer(["The river"], return_tensors="pt")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        first = model.generate(**batch, eos_token_id=None)  # no EOS stop, as our sampler (FIDELITY C1)
+        torch.manual_seed(1)
+        second = model.generate(**batch, eos_token_id=None)
+    assert first.shape == second.shape == (1, batch["input_ids"].shape[1] + 9) and not torch.equal(first, second)
 
 
 def test_saved_tokenizers_chat_template_concatenates_as_verl_formats_prompts_and_reward_inputs(saved):
