@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from lm_human_preference_details.language.interop import REWARD_OFFSET
 from lm_human_preference_details.language.model_files import is_local_model
@@ -41,8 +41,6 @@ INDEX_METRICS = {"reward": {"accuracy": ("train_reward/eval/accuracy", "held-out
 def model_index(kind: str, hparams: dict, shown: dict) -> dict:
     """ModelCardData's model_name and eval_results for the card's front matter (the Hub's model-index): a reward model's
     held-out accuracy on its labels, a policy's final score and KL on its queries; {} when the run logged none."""
-    from huggingface_hub import EvalResult
-
     task = hparams.get("task") or {}
     labels = hparams.get("labels") or {}
     dataset = (str(labels.get("source") or "labels") if kind == "reward" else str(task.get("query_dataset") or "queries"))

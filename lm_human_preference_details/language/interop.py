@@ -79,6 +79,7 @@ def save_plain_lm(lm: nn.Module, path: Path, pad_id: int, score: tuple[torch.Ten
     (weight, offset) also as a sequence classifier's: `score.weight` in the weights, the offset folded into the final
     norm's bias (`fold_offset`), its config's architecture, one regression label and the `reward_offset` left (0)
     -> that offset left (None for a policy); a policy's ``sampling`` (`policy_sampling`) in its generation config."""
+    # transformers takes seconds to import: a flag's error line never waits for it
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as CLASSIFIERS
 
     state_dict, offset = None, None
