@@ -159,9 +159,9 @@ def export_labels(source: Positional[Path], out: Positional[Path], license: str 
 
 
 def export_openrlhf(reward_model: Positional[Path], out: Positional[Path]) -> Path:
-    """Write the saved reward model ``reward_model`` (any of ours, old head.pt ones too) in OpenRLHF's reward-model
-    format to ``out``: the base model and a `score` Linear, and mean and std in its config, so that OpenRLHF's
-    normalisation (--normalize_reward, value_head_prefix score) gives our reward exactly."""
+    """Write the saved reward model ``reward_model`` (any of ours, old head.pt ones too, their constant folded in now)
+    in OpenRLHF's reward-model format to ``out``: the base model and a `score` Linear whose plain value is our reward,
+    value_head_prefix `score` and normalize_reward off in its config (mean 0, std 1)."""
     model, tokenizer, hparams = load_model_dir(reward_model, "reward")
     save_model_dir(out, model, tokenizer, hparams)
     openrlhf_config(out)
