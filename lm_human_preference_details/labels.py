@@ -1,14 +1,17 @@
 """OpenAI's human-label files (FIDELITY A2 OAI pad remap): read once, checked against the schema, pad 50259 mapped to ours.
 
-A best_of_N file is a JSON list of records {query, sample0..sample{N-1}, best}, each token list already
-padded with 50259. Both the labels (train_reward.py) and the queries alone (`--task.query-dataset
-oai-label-queries`, queries/oai2019.py) are read here; any mismatch is a one-line UserError naming the file, record and field.
+A best_of_N file is a JSON list of records {query, sample0..sample{N-1}, best}, each token list already padded with
+50259, gzipped when its name ends in .gz (the package's own labels.json.gz). Both the labels (train_reward.py) and the
+queries alone (`--task.query-dataset oai-label-queries`, queries/oai2019.py) are read here; any mismatch is a one-line
+UserError naming the file, record and field.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import json
+import zlib
 from pathlib import Path
 
 import torch
@@ -66,9 +69,12 @@ def _read_records(path: Path, mtime_ns: int | None, flag: str) -> list:
     # a copy we downloaded can be fetched again; the user's own file can only be fixed by the user
     fix = "delete it to download it again" if is_downloaded(path) else f"fix it or pass another {flag}"
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        records = json.loads((gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"label file {path} is not valid JSON ({e}); {fix}") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a .gz name: the package's own labels.json.gz, gzipped JSON
+        raise UserError(f"label file {path} is not a whole gzip file ({e}); {fix}") from None
     except OSError as e:
         raise UserError(f"cannot read label file {path} ({e.strerror or e}); {fix}") from None
     if not isinstance(records, list):

@@ -201,7 +201,10 @@ def sample_into(args: Args, run: Run) -> list[dict]:
                 "query": decode(tokenizer, queries[i].tolist()), "response": decode(tokenizer, postprocessed[i].tolist()),
                 "score": None if scores is None else scores[i].item(),
                 "passed_filter": None if passed is None else bool(passed[i]),
-                "query_tokens": queries[i].tolist(), "response_tokens": responses[i].tolist(),
+                # the response as shown and scored (truncated, pads left out), and the draw as sampled
+                "query_tokens": queries[i].tolist(),
+                "response_tokens": [t for t in postprocessed[i].tolist() if t != tokenizer.pad_token_id],
+                "sampled_tokens": responses[i].tolist(),
             })
 
     names = list(policies)

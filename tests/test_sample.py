@@ -60,7 +60,7 @@ def test_shapes_table_and_files(assets, saved, tmp_path, capsys):
     assert len(rows) == 2 * 3 * 2  # policies x queries x samples
     assert [r["policy"] for r in rows[:6]] == ["policy"] * 6 and [r["policy"] for r in rows[6:]] == ["initial"] * 6
     assert rows[6]["source"] == str(saved["base"])  # 'initial' = the base model recorded in the policy's hparams
-    assert all(len(r["response_tokens"]) == 8 and len(r["query_tokens"]) == 16 for r in rows)
+    assert all(len(r["sampled_tokens"]) == 8 and len(r["query_tokens"]) == 16 for r in rows)
     assert [(r["query_index"], r["sample"]) for r in rows[:6]] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     # each query is shown once with both policies' responses under it
     table = capsys.readouterr().out
@@ -110,10 +110,10 @@ def test_scores_follow_truncation_and_rejection(assets, saved, tmp_path):
     rm, _, _ = load_model_dir(saved["reward"], "reward")
     passed_any = failed_any = False
     for r in rows:
-        tokens = r["response_tokens"]
+        tokens = r["sampled_tokens"]
         hits = [i for i, t in enumerate(tokens) if t == 13 and i >= 2]
         kept = tokens[: hits[0] + 1] if hits else tokens  # FIDELITY E2: pads after the first '.' at index >= 2
-        assert r["response"] == tokenizer.decode(kept)
+        assert r["response"] == tokenizer.decode(kept) and r["response_tokens"] == kept  # the tokens scored
         assert r["passed_filter"] == bool(hits)
         if hits:
             passed_any = True

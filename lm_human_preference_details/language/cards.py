@@ -4,9 +4,10 @@ labels, the run's hyperparameters and final metrics, its W&B run, how to load it
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from lm_human_preference_details.language.interop import REWARD_OFFSET
 from lm_human_preference_details.language.model_files import is_local_model
@@ -61,6 +62,25 @@ def provenance(kind: str, hparams: dict, labels: dict | None) -> list[str]:
     return lines
 
 
+# the metrics a card's model-index reports (the Hub shows them): name -> (the run's metric, what it is)
+INDEX_METRICS = {"reward": {"accuracy": ("train_reward/eval/accuracy", "held-out accuracy")},
+                 "policy": {"reward": ("ppo/objective/score", "final score"), "kl": ("ppo/objective/kl", "final KL")}}
+
+
+def model_index(kind: str, hparams: dict, shown: dict) -> dict:
+    """ModelCardData's model_name and eval_results for the card's front matter (the Hub's model-index): a reward model's
+    held-out accuracy on its labels, a policy's final score and KL on its queries; {} when the run logged none."""
+    task = hparams.get("task") or {}
+    labels = hparams.get("labels") or {}
+    dataset = (str(labels.get("source") or "labels") if kind == "reward" else str(task.get("query_dataset") or "queries"))
+    name = Path(dataset.rstrip("/")).name or dataset  # a name, never a machine's path
+    found = [EvalResult(task_type="text-classification" if kind == "reward" else "text-generation", dataset_type=name,
+                        dataset_name=name, metric_type=metric, metric_name=what, metric_value=float(shown[key]))
+             for metric, (key, what) in INDEX_METRICS[kind].items() if isinstance(shown.get(key), (int, float))]
+    model_name = f"{hparams.get('task_name') or 'lm-human-preferences'}-{'policy' if kind == 'policy' else 'reward-model'}"
+    return {"model_name": model_name, "eval_results": found} if found else {}
+
+
 def _fenced(value) -> str:
     return "```json\n" + json.dumps(value, indent=2, default=str) + "\n```"
 
@@ -72,11 +92,14 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
     base = hparams.get("base_model")
     task = hparams.get("task") or {}
     labels = hparams.get("labels") or (((hparams.get("rewards") or {}).get("train_new_model") or {}).get("labels"))
+    results = hparams.get("results")
+    shown = {**(results if isinstance(results, dict) else {}), **(metrics or {})}
     data = ModelCardData(
         base_model=base if isinstance(base, str) and not is_local_model(base) else None,  # the Hub takes model names only
         library_name="transformers", license="mit",
         pipeline_tag="text-generation" if kind == "policy" else "text-classification",
         tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
+        **model_index(kind, hparams, shown),
     )
     how = " collected online while it trained" if (hparams.get("online") or {}).get("num_labels") else ""
     what = (f"A GPT-2 policy fine-tuned with PPO against a reward model learned from best-of-4 labels{how}"
@@ -104,22 +127,20 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
                   "model = AutoModelForSequenceClassification.from_pretrained(PATH)  # num_labels 1, `score` has no bias",
                   "tokenizer = AutoTokenizer.from_pretrained(PATH)",
                   "batch = tokenizer([query + response], return_tensors='pt', padding=True)  # on the right",
-                  f"reward = model(**batch).logits[:, 0] + model.config.{REWARD_OFFSET}"]
+                  "reward = model(**batch).logits[:, 0]" + (f" + model.config.{REWARD_OFFSET}" if reward_offset else "")]
     lines += ["```", "", "This project's own code: `lm_human_preference_details.language.model.load_model_dir(PATH, "
               f"'{kind}')` (the same weights with the original's pad semantics and the head's bias)."]
     if kind == "reward":
-        lines += ["", f"**The score differs from this project's reward by a constant**: reward = logits[:, 0] + "
-                  f"`config.{REWARD_OFFSET}` = {reward_offset!r}. The head's bias and the reward's gain and bias "
-                  "have no place in a bias-free `score` Linear; `score.weight` is gain times the head's weight. Text "
-                  "that ends in "
-                  "`<|endoftext|>` (the pad of this directory) is scored at the token before it.",
-                  "", "OpenRLHF: `python -m lm_human_preference_details.export openrlhf PATH OUT` writes a copy whose "
-                  "config holds `mean` = -reward_offset and `std` = 1; with `--normalize_reward` it scores as ours."]
+        lines += ["", ("**The logit is this project's reward**: the reward's constant (the head's bias, the reward's gain "
+                       "and bias) is folded into the final LayerNorm's bias, so `AutoModelForSequenceClassification`, "
+                       "`pipeline('text-classification')` (a regression: no sigmoid), OpenRLHF, vLLM and verl read it as "
+                       "it is." if not reward_offset else
+                       f"**The logit differs from this project's reward by a constant**: reward = logits[:, 0] + "
+                       f"`config.{REWARD_OFFSET}` = {reward_offset!r}."),
+                  "Text that ends in `<|endoftext|>` (the pad of this directory) is scored at the token before it."]
     applied = deviations(hparams)
     lines += ["", "## Deviations from the original that applied", ""]
     lines += [f"- {d}" for d in applied] or ["- none of the README's table"]
-    results = hparams.get("results")
-    shown = {**(results if isinstance(results, dict) else {}), **(metrics or {})}
     if shown:
         lines += ["", "## Final metrics", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in sorted(shown.items())]
@@ -138,3 +159,34 @@ def last_metrics(metrics_file: Path) -> dict[str, float]:
                 continue
             last.update({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))})
     return last
+
+
+def portable_paths(hparams: dict, where: Path) -> dict:
+    """``hparams`` with each absolute path (a one-line string that starts with /) written so that no machine's directories
+    are published with a model saved at ``where`` (a Hub push sends hparams.json and README.md): relative to ``where``
+    within its run (RUN/reward/reward_model from RUN/policy: ../reward/reward_model), else ~/... under the home
+    directory, else relative to ``where``. `saved_path` reads them back."""
+    where = Path(os.path.abspath(where))
+    home = Path.home()
+
+    def portable(value):
+        if isinstance(value, dict):
+            return {k: portable(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [portable(v) for v in value]
+        if not (isinstance(value, str) and os.path.isabs(value) and "\n" not in value):
+            return value
+        relative = os.path.relpath(value, where)
+        if relative.split(os.sep)[1:2] != [os.pardir] or not Path(value).is_relative_to(home):
+            return relative  # inside the run (at most one level up from the saved directory), or outside the home
+        return "~/" + Path(value).relative_to(home).as_posix()
+
+    return portable(hparams)
+
+
+def saved_path(value: str, where: str | Path) -> str:
+    """A path read from the hparams of the model saved at ``where`` (`portable_paths`) -> one this machine opens: ~
+    expanded, a relative path that exists beside ``where`` made absolute, anything else (a model name) as it is."""
+    value = os.path.expanduser(value)
+    beside = os.path.normpath(os.path.join(os.path.abspath(where), value))
+    return beside if not os.path.isabs(value) and os.path.exists(beside) else value

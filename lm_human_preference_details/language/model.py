@@ -15,9 +15,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lm_human_preference_details.language.cards import write_card
+from lm_human_preference_details.language.cards import portable_paths, write_card
 from lm_human_preference_details.language.gpt2 import KVCache, decode_step, packed_hidden, supports_packing
-from lm_human_preference_details.language.interop import plain_pad_id, reward_score, save_plain_lm, save_plain_tokenizer
+from lm_human_preference_details.language.interop import (
+    final_norm_bias,
+    plain_pad_id,
+    policy_sampling,
+    reward_score,
+    save_plain_lm,
+    save_plain_tokenizer,
+)
 from lm_human_preference_details.language.lm_head import full_precision, response_logprobs, sample_categorical, sample_step
 from lm_human_preference_details.language.model_files import check_model_files, is_local_model
 from lm_human_preference_details.language.step_graph import StepGraphs, graphs_of
@@ -309,26 +316,32 @@ def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict
     project's own, a run's entry or the cache's (outputs.atomic_dir)."""
     try:
         with atomic_dir(path, replace=replace) as tmp:
-            write_model_files(tmp, model, tokenizer, hparams, metrics=metrics, tracked=tracked)
+            write_model_files(tmp, model, tokenizer, hparams, metrics=metrics, tracked=tracked, final=path)
     except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
         raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
 
 
 def write_model_files(directory: Path, model: LMWithHead, tokenizer, hparams: dict, *, metrics: dict | None = None,
-                      tracked: str | None = None) -> None:
+                      tracked: str | None = None, final: str | Path | None = None) -> None:
     """The files of a saved model (`save_model_dir`) written into ``directory``, a new one the caller holds (a
-    temporary that utils/outputs.py puts in place)."""
+    temporary that utils/outputs.py puts in place at ``final``, which the files' paths are written relative to)."""
     from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
 
     kind = "reward" if isinstance(model, RewardModel) else "policy"
+    hparams = portable_paths(hparams, Path(final or directory))  # no machine's directories in what a Hub push sends
     score = reward_score(model.head, model.gain, model.bias) if kind == "reward" else None
     # other code pads with EOS (a policy on the left); our [PAD] stays training's (interop.py)
-    save_plain_lm(model.lm, directory, plain_pad_id(tokenizer), score)
+    length = (hparams.get("task") or {}).get("response_length")
+    sampling = None if score else policy_sampling(model.temperature, length)  # the task's, for `generate`
+    offset = save_plain_lm(model.lm, directory, plain_pad_id(tokenizer), score, sampling)  # the reward's constant left: 0
     save_plain_tokenizer(tokenizer, directory, model.lm.get_input_embeddings().weight.shape[0], kind)
-    head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm.")}
+    # the heads, and a reward model's final-norm bias as trained: the weights' one has the offset folded in
+    kept = {f"lm.{final_norm_bias(model.lm)}"} if score else set()
+    head = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+            if not k.startswith("lm.") or k in kept}
     save_file(head, directory / HEAD_FILE, metadata={"format": "pt"})
     (directory / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
-    write_card(directory, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=score and score[1])
+    write_card(directory, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=offset)
 
 
 SAVED_BY = {"reward": ("train_reward.py", "reward_model"), "policy": ("train_policy.py", "policy")}

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+from lm_human_preference_details.language.cards import saved_path
 from lm_human_preference_details.language.model import Policy, head_file, load_lm, load_model_dir
 from lm_human_preference_details.language.model_files import (
     base_model_config,
@@ -61,6 +62,7 @@ def load_policy(path: str, tokenizer, temperature: float, device) -> tuple[Polic
     if head_file(local):  # one of our saved directories (or a converted OAI policy)
         policy, policy_tokenizer, hparams = load_model_dir(local, "policy", device, temperature=temperature)
         base = hparams.get("base_model") or ("gpt2" if "converted_from" in hparams else local)  # OAI: GPT-2 124M
+        base = saved_path(base, local)  # written relative to the directory, or under ~ (cards.portable_paths)
     else:  # a plain causal LM: the initial policy of a run (value head 0, FIDELITY B3 head init)
         policy_tokenizer = load_tokenizer(local)
         policy, base = Policy(load_lm(local), policy_tokenizer.pad_token_id, temperature).to(device), local

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from lm_human_preference_details.language.interop import save_plain_tokenizer
 from lm_human_preference_details.language.model import Policy, disable_dropout, load_lm
 from lm_human_preference_details.language.tokenizer import N_VOCAB, gpt2_tokenizer
 from lm_human_preference_details.offline.corpus import NUM_LABELS, TEMPERATURE, TINY_GPT2, corpus, write_queries
@@ -30,7 +31,8 @@ from lm_human_preference_details.utils.errors import doing
 from lm_human_preference_details.utils.files import cache_lock
 from lm_human_preference_details.utils.outputs import atomic_dir
 
-VERSION = "offline-v6"  # v6: v5's shipped assets, PPO at lr 2.5e-3 (v5: 2e-3, one seed short of a target): docs/offline.md
+VERSION = "offline-v7"  # v7: v6's, the tiny GPT-2's tokenizer saved plain (pads with EOS, as TRL needs); v6: v5's shipped
+# assets, PPO at lr 2.5e-3 (v5: 2e-3, one seed short of a target): docs/offline.md
 
 
 SHIPPED = Path(__file__).with_name("assets")  # the recipe's model and labels, as built by build_assets
@@ -53,7 +55,7 @@ def build_assets(out: Path) -> None:
     pretrain(model, tokenizer, corpus(500, seed=1))
     share_unused_rows(model, corpus_vocab(tokenizer))
     model.save_pretrained(out / "tiny-gpt2")
-    tokenizer.save_pretrained(out / "tiny-gpt2")
+    save_plain_tokenizer(tokenizer, out / "tiny-gpt2", N_VOCAB, "policy")
     policy = Policy(disable_dropout(model), tokenizer.pad_token_id, TEMPERATURE)
     labels = make_labels(policy, tokenizer, out / "queries.txt", NUM_LABELS, seed=3)
     (out / "labels.json").write_text(json.dumps(labels))
@@ -87,7 +89,8 @@ def unship(shipped: Path, out: Path) -> None:
     model = tiny_gpt2(seed=0, **TINY_GPT2)
     model.load_state_dict({**state, "transformer.wte.weight": wte, "lm_head.weight": wte})
     model.save_pretrained(out / "tiny-gpt2")
-    gpt2_tokenizer().save_pretrained(out / "tiny-gpt2")
+    # other code (TRL) pads with the tokenizer's pad, which must be a token the model embeds; ours adds [PAD] back
+    save_plain_tokenizer(gpt2_tokenizer(), out / "tiny-gpt2", N_VOCAB, "policy")
     (out / "labels.json").write_bytes(gzip.decompress((shipped / "labels.json.gz").read_bytes()))
 
 

@@ -337,7 +337,7 @@ def test_what_the_runs_saved_works_with_plain_transformers_openrlhf_and_datasets
     ids, mask = plain_pairs(tokens, pad, classifier.config.pad_token_id)
     with torch.no_grad():
         ours = reward_model(tokens)  # [16]
-        theirs = classifier(input_ids=ids, attention_mask=mask).logits[:, 0] + classifier.config.reward_offset
+        theirs = classifier(input_ids=ids, attention_mask=mask).logits[:, 0]  # the plain logit
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
     export.main(["openrlhf", str(reward_run / "reward_model"), str(tmp_path / "openrlhf")])
     torch.testing.assert_close(openrlhf_rewards(tmp_path / "openrlhf", ids, mask), ours, rtol=1e-5, atol=1e-5)

@@ -1,9 +1,8 @@
 """Saved model directories read as other code reads them, with plain transformers only: greedy generation on a padded
-batch and prompt by prompt, our policy's argmax done the slow way, and OpenRLHF's reward computed as its code reads."""
+batch and prompt by prompt, our policy's argmax done the slow way, and a reward model loaded and read as OpenRLHF does."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -44,24 +43,43 @@ def our_argmax(policy, tokenizer, prompts: list[str], new_tokens: int) -> list[l
     return tokens[:, width:].tolist()
 
 
-def openrlhf_rewards(path: Path, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """[b, t] ids and mask -> [b] rewards as OpenRLHF's reward model computes them from a directory: the base model
-    with positions cumsum(mask) - 1, config.value_head_prefix's Linear at the last attended position, then (r - mean)
-    / std from config.json when normalize_reward is set."""
-    from safetensors import safe_open
-    from transformers import AutoModel
+def openrlhf_rewards(path: Path, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     normalize_reward: bool = False) -> torch.Tensor:
+    """[b, t] ids and mask -> [b] rewards as OpenRLHF 0.11's `get_llm_for_sequence_regression(path, "reward")` loads a
+    directory and its `RewardModel.forward` reads it (openrlhf/models/model.py): a class made from the config's
+    AutoModel base class plus a bias-free Linear named by config.value_head_prefix, loaded by from_pretrained, positions
+    cumsum(mask) - 1, the value at the last attended token, (r - mean) / std when ``normalize_reward`` (its
+    --reward.normalize_enable, which overwrites the config's normalize_reward). Raises if a weight it needs is missing."""
+    from torch import nn
+    from transformers import AutoConfig, AutoModel
 
-    config = json.loads((Path(path) / "config.json").read_text())
-    base = AutoModel.from_pretrained(path)
-    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
-        weight = f.get_tensor(f"{config['value_head_prefix']}.weight")  # [1, d]
+    config = AutoConfig.from_pretrained(path)
+    config.normalize_reward = normalize_reward
+    value_head_prefix = getattr(config, "value_head_prefix", "score")
+    base_class = AutoModel._model_mapping[type(config)]
+
+    class RewardModel(base_class.__base__):
+        def __init__(self, config):
+            super().__init__(config)
+            setattr(self, self.base_model_prefix, base_class(config))
+            setattr(self, value_head_prefix, nn.Linear(config.hidden_size, 1, bias=False))
+            self.normalize_reward = config.normalize_reward
+            self.register_buffer("mean", torch.zeros(1), persistent=False)
+            self.register_buffer("std", torch.ones(1), persistent=False)
+            if hasattr(config, "mean"):
+                self.mean[0], self.std[0] = config.mean, config.std
+            self.post_init()
+
+    model, info = RewardModel.from_pretrained(path, config=config, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(f"OpenRLHF would initialise {sorted(info['missing_keys'])} at random")
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+    eos_indices = attention_mask.size(1) - 1 - attention_mask.long().fliplr().argmax(dim=1, keepdim=True)  # [b, 1]
     with torch.no_grad():
-        h = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
-    values = (h @ weight.t()).squeeze(-1)  # [b, t]
-    last = attention_mask.shape[1] - 1 - attention_mask.long().fliplr().argmax(dim=1, keepdim=True)  # [b, 1]
-    reward = values.gather(1, last).squeeze(1)
-    return (reward - config["mean"]) / config["std"] if config.get("normalize_reward") else reward
+        h = getattr(model, model.base_model_prefix)(input_ids, attention_mask=attention_mask,
+                                                    position_ids=positions)["last_hidden_state"]
+        reward = getattr(model, value_head_prefix)(h).squeeze(-1).gather(1, eos_indices).squeeze(1)  # [b]
+    return (reward - model.mean) / model.std if model.normalize_reward else reward
 
 
 def plain_pairs(tokens: torch.Tensor, pad_id: int, hf_pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

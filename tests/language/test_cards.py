@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -41,15 +42,48 @@ def test_policy_card_reads_back_with_its_run(saved):
     assert json.loads(text.split("```json\n")[1].split("\n```")[0])["ppo"] == {"lr": 1e-5}  # the hyperparameters
 
 
-def test_reward_card_states_the_offset_and_the_labels(saved):
+def test_reward_card_says_the_logit_is_the_reward_and_names_the_labels(saved):
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(saved / "reward_model" / "README.md")
     assert card.data.base_model is None  # a local path is no Hub model name
-    offset = json.loads((saved / "reward_model" / "config.json").read_text())["reward_offset"]
-    for fact in (f"`config.reward_offset` = {offset!r}", "AutoModelForSequenceClassification", "`labels.json`",
+    assert json.loads((saved / "reward_model" / "config.json").read_text())["reward_offset"] == 0.0
+    assert "reward = model(**batch).logits[:, 0]\n" in card.text
+    for fact in ("**The logit is this project's reward**", "AutoModelForSequenceClassification", "`labels.json`",
                  "64 used for training", "| train_reward/eval/accuracy | 0.5 |", "held-out accuracy logged"):
         assert fact in card.text, fact
+
+
+def test_cards_front_matter_has_the_model_index_of_the_runs_results(saved):
+    from huggingface_hub import ModelCard
+
+    reward, policy = (ModelCard.load(saved / name / "README.md").data for name in ("reward_model", "policy"))
+    (accuracy,) = reward.eval_results
+    assert (accuracy.metric_type, accuracy.metric_value, accuracy.dataset_name) == ("accuracy", 0.5, "labels.json")
+    assert [(r.metric_type, r.metric_value, r.dataset_name) for r in policy.eval_results] == [
+        ("reward", 1.85, "bookcorpus")]  # the run logged a score and no KL
+
+
+def test_no_file_of_a_saved_directory_names_this_machines_directories(saved, tiny_policy, tokenizer, tmp_path):
+    """Absolute paths in the hparams become relative to the saved directory, or ~/... under the home directory; our
+    loader reads them back as paths this machine opens."""
+    from lm_human_preference_details.language.cards import saved_path
+    from lm_human_preference_details.language.model import save_model_dir
+
+    home = Path.home() / ".cache" / "somewhere" / "labels.json"
+    (tmp_path / "base").mkdir()
+    hparams = {"base_model": str(tmp_path / "base"), "output_dir": str(tmp_path / "run"), "labels": {"source": str(home)},
+               "rewards": {"trained_model": str(tmp_path / "run" / "reward" / "reward_model")}, "task": {}, "ppo": {}}
+    save_model_dir(tmp_path / "run" / "policy", tiny_policy, tokenizer, hparams)
+    for file in (tmp_path / "run" / "policy").iterdir():
+        if file.suffix in (".json", ".md", ".jinja", ".txt"):
+            text = file.read_text()
+            assert str(tmp_path) not in text and f"{Path.home()}/" not in text, file.name
+    written = json.loads((tmp_path / "run" / "policy" / "hparams.json").read_text())
+    assert written["output_dir"] == ".." and written["rewards"]["trained_model"] == "../reward/reward_model"
+    assert written["labels"]["source"] == "~/.cache/somewhere/labels.json"
+    assert saved_path(written["base_model"], tmp_path / "run" / "policy") == str(tmp_path / "base")
+    assert saved_path(written["labels"]["source"], tmp_path) == str(home) and saved_path("gpt2", tmp_path) == "gpt2"
 
 
 def test_deviations_follow_the_flags():

