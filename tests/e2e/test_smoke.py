@@ -413,6 +413,7 @@ def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets,
 
     import train_policy
     from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.language.cards import saved_path
     from lm_human_preference_details.language.model import load_lm, load_model_dir
     from lm_human_preference_details.language.tokenizer import load_tokenizer
 
@@ -427,7 +428,9 @@ def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets,
     stdout = capsys.readouterr().out
     _, _, hparams = load_model_dir(out / "reward" / "reward_model", "reward")
     assert hparams["seed"] == 7 and hparams["lr"] == 2e-3 and hparams["batch_size"] == 16  # the nested options
-    assert hparams["labels"]["source"] == str(assets / "labels.json") and hparams["labels"]["num_train"] == 32
+    # written relative to the saved directory (no machine's paths in what a Hub push sends: cards.portable_paths)
+    source = saved_path(hparams["labels"]["source"], out / "reward" / "reward_model")
+    assert source == str(assets / "labels.json") and hparams["labels"]["num_train"] == 32
     assert hparams["num_ranks"] == 2 and hparams["device"] == "cpu"  # the policy run's ranks and run options
     assert [r["step"] for r in metrics(out)] == [0, 1]  # PPO ran after the reward model
     # every query PPO printed is one of the label file's queries (pads 50259 dropped), not a local corpus text
