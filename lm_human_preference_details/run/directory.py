@@ -29,6 +29,7 @@ from lm_human_preference_details.utils.files import atomic_path, hold_lock, lock
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
                "policy", "reward", "summary.json", "curves.png", "online")
 SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
+EVALUATE_ENTRIES = ("comparisons.json", "comparisons.json.session.jsonl", "results.json", "win_rates.png", "dataset")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ RUN_KINDS = {kind.name: kind for kind in (
     RunKind("reward", RUN_ENTRIES, finished="reward_model"),  # the two training scripts
     RunKind("policy", RUN_ENTRIES, checkpoints=True, curves=True),
     RunKind("sample", SAMPLE_ENTRIES, resumable=False),  # sample.py's output directory
+    RunKind("evaluate", EVALUATE_ENTRIES),  # evaluate.py's: the same command continues it
 )}
 
 MARKER, LOCK = ".lmhp-run.json", ".lmhp-run.lock"
