@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
+from helpers.evaluation import evaluate_command, happy_policy
 from helpers.labelling import label_env, tiny_offline_cache
 from helpers.processes import as_a_new_process, refused_in_process
 
 from lm_human_preference_details import evaluate
-from lm_human_preference_details.language.model import Policy, load_lm, save_model_dir
-from lm_human_preference_details.language.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 # a judge of two responses: the longer text wins, equal lengths are skipped; with a file ARMED beside it, it stops
@@ -44,18 +42,7 @@ def cache(assets, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def happy(assets, tmp_path_factory) -> Path:
-    """A saved policy of the tiny model that says ' happy' (a gold word, +0.9) most of the time: gold prefers it."""
-    base = str(assets / "tiny-gpt2")
-    tokenizer = load_tokenizer(base)
-    policy = Policy(load_lm(base), tokenizer.pad_token_id, 0.7)
-    (happy_id,) = tokenizer.encode(" happy")
-    with torch.no_grad():  # the final layer norm's output points at ' happy' (as test_sample.py's dotty policy at '.')
-        word = policy.lm.transformer.wte.weight[happy_id]
-        policy.lm.transformer.ln_f.weight.fill_(0.1)
-        policy.lm.transformer.ln_f.bias.copy_(10.0 * word / word.norm() ** 2)
-    out = tmp_path_factory.mktemp("happy") / "policy"
-    save_model_dir(out, policy, tokenizer, {"base_model": base})
-    return out
+    return happy_policy(assets, tmp_path_factory.mktemp("happy") / "policy")
 
 
 def in_process(cache: Path, cwd: Path, argv: list) -> tuple[dict, str]:
@@ -88,9 +75,12 @@ def test_gold_prefers_the_better_policy_and_every_file_says_so(cache, happy, tmp
     rows = datasets.load_dataset("parquet", data_files=str(out / "dataset" / "comparisons.parquet"), split="train")
     assert len(rows) == 48 and set(rows["preferred"]) <= {name, "zero-shot"}
     assert (out / "win_rates.png").read_bytes()[:4] == b"\x89PNG"
-    # the same command again continues the finished evaluation: nothing asked, the same figures
+    # the same command again continues the finished evaluation: nothing asked, the same figures; another is refused
     again, _ = in_process(cache, tmp_path, argv)
     assert again == found
+    other = refused_in_process("lm_human_preference_details.evaluate", [*argv, "--seed", "2"], tmp_path,
+                               {"LMHP_CACHE": cache})
+    assert other.returncode == 2 and other.stderr.startswith("error: ") and "seed=1" in other.stderr, other.stderr
 
 
 def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cache, happy, tmp_path):
@@ -103,9 +93,8 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
 
     out = tmp_path / "killed"
     (tmp_path / "ARMED").write_text("")
-    command = [sys.executable, "-m", "lm_human_preference_details.evaluate", *map(str, flags), "--output-dir", str(out)]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=label_env(cache), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(evaluate_command(*flags, "--output-dir", out), cwd=tmp_path, env=label_env(cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 600
         while not (tmp_path / "PAUSED").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -123,15 +112,6 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
     resumed, _ = in_process(cache, tmp_path, [*flags, "--output-dir", out])
     assert resumed == whole
     assert (out / "comparisons.json").read_bytes() == (tmp_path / "whole" / "comparisons.json").read_bytes()
-
-
-def test_another_command_on_an_evaluation_is_refused(cache, happy, tmp_path):
-    argv = ["--task", "offline", "--policies", happy, "zero-shot", "--labeller", "gold", "--num-queries", "2",
-            "--device", "cpu", "--output-dir", tmp_path / "eval"]
-    in_process(cache, tmp_path, argv)
-    result = refused_in_process("lm_human_preference_details.evaluate", [*argv[:-2], "--seed", "2", *argv[-2:]],
-                                tmp_path, {"LMHP_CACHE": cache})
-    assert result.returncode == 2 and result.stderr.startswith("error: ") and "seed=1" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("extra, message", [
