@@ -9,12 +9,11 @@ import random
 
 import torch
 
-from lm_human_preference_details.label import to_oai
+from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
 from lm_human_preference_details.language.trained_models import load_policy, resolve_policy
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
-from lm_human_preference_details.sample import sample_policy
 from lm_human_preference_details.tasks import TaskHParams
 from lm_human_preference_details.utils.progress import progress
 
@@ -42,7 +41,9 @@ def responses_of(policies: list[str], base_model: str, task: TaskHParams, *, num
     responses = {}
     for name in progress(policies, desc="sampling each policy", unit="policy"):
         policy, _ = load_policy(model_of(name, base_model), tokenizer, task.temperature, device)
-        drawn = sample_policy(policy, contexts, task.response_length, seed)  # [num_queries, response_length]
+        # the same seed for every policy: the same uniforms drive their draws (OAI sample.py: set_mpi_seed(seed))
+        generator = torch.Generator(device=device).manual_seed(seed)
+        drawn = policy.sample(contexts, task.response_length, generator=generator)["responses"]  # [n, response_length]
         responses[name] = truncate_responses(drawn, task.truncate_token, task.truncate_after,
                                              tokenizer.pad_token_id).tolist()
     return queries.tolist(), responses, tokenizer
@@ -54,12 +55,13 @@ def blind_items(policies: list[str], queries: list[list[int]], responses: dict[s
     texts), with "policies": [left, right], the order drawn from ``seed``, and the query's index."""
     order = random.Random(seed)
     pad = tokenizer.pad_token_id
+    to_oai = lambda tokens: [OAI_PAD if t == pad else t for t in tokens]  # noqa: E731  (FIDELITY A2 OAI pad remap)
     items = []
     for a, b in itertools.combinations(policies, 2):
         for i, query in enumerate(queries):
             left, right = (a, b) if order.random() < 0.5 else (b, a)
             samples = [responses[left][i], responses[right][i]]
-            items.append({"query": to_oai(query, pad), "samples": [to_oai(s, pad) for s in samples],
+            items.append({"query": to_oai(query), "samples": [to_oai(s) for s in samples],
                           "query_text": task.query_prefix + decode(tokenizer, query) + task.query_suffix,
                           "sample_texts": [decode(tokenizer, s) for s in samples],
                           "policies": [left, right], "query_index": i})

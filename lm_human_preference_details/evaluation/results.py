@@ -117,10 +117,11 @@ def write_json(path: Path, data: dict) -> None:
 
 def draw(pairs: list[dict], path: Path) -> None:
     """The win rates with their 95% intervals, one bar per pair (the first policy's over the second's), 0.5 marked."""
+    # matplotlib takes a second to import: only once there are results to draw
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen: no display needed
 
     fig, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * len(pairs)))
     for y, f in enumerate(pairs):
