@@ -26,6 +26,7 @@ import tyro
 from lm_human_preference_details.cli.parsing import parse_args
 from lm_human_preference_details.evaluation import judges, results
 from lm_human_preference_details.evaluation.items import ZERO_SHOT, blind_items, model_of, responses_of
+from lm_human_preference_details.evaluation.rouge import format_table, rouge_table
 from lm_human_preference_details.labelling.labellers import program_name
 from lm_human_preference_details.labelling.server import LabelServer
 from lm_human_preference_details.labelling.session import LabelSession
@@ -76,6 +77,9 @@ class Args:
     evaluation's own, which the same command continues"""
     overwrite: bool = False
     """delete the evaluation in --output-dir and start again"""
+    rouge: bool = False
+    """also the ROUGE table (tldr, cnndm): each policy's ROUGE-1/2/L F1 against the reference summaries, with lead-3
+    and the reference as rows; needs a query dataset with references (tldr-17, tldr-2019, cnndm)"""
     task: TaskHParams = field(default_factory=TaskHParams)
     """query processing, response length, temperature, truncation (preset from --task; every field overridable)"""
     base_model: str = "gpt2"
@@ -106,6 +110,9 @@ class Args:
         if self.query_mode == "test" and task.heldout_query_dataset and self.task.query_dataset == task.task.query_dataset:
             self.task = dataclasses.replace(self.task, query_dataset=task.heldout_query_dataset)  # the offline task's
         self.task = self.task.resolved()
+        if self.rouge and not self.task.source.gives_references():
+            raise UserError(f"--rouge needs reference summaries, and query dataset {self.task.query_dataset} has none; "
+                            "pass a summarisation task (--task tldr or cnndm), or leave out --rouge")
         self.policies = [expand_home(p) for p in self.policies]
         for policy in self.policies:
             if policy != ZERO_SHOT:
@@ -125,7 +132,7 @@ class Args:
                 "models": [model_of(p, self.base_model) for p in self.policies], "num_queries": self.num_queries,
                 "seed": self.seed, "query_mode": self.query_mode, "labeller": self.labeller,
                 "labels_per_item": self.labels_per_item, "repeat_share": 1.0, "train_on": "majority",
-                "samples_per_item": 2}
+                "samples_per_item": 2, "rouge": self.rouge}
 
 
 def build_args(task_name: str) -> Args:
@@ -159,10 +166,11 @@ def main(argv: list[str] | None = None) -> dict:
         output = Path(args.output_dir) / COMPARISONS
         session = LabelSession.resume(output, args.session_flags())  # a stopped evaluation, checked and locked
         if session is None:
-            queries, responses, tokenizer = responses_of(args.policies, args.base_model, args.task,
-                                                         num_queries=args.num_queries, seed=args.seed,
-                                                         mode=args.query_mode, device=pick_device(args.device))
-            items = blind_items(args.policies, queries, responses, tokenizer, args.task, args.seed)
+            queries, texts, responses, tokenizer = responses_of(args.policies, args.base_model, args.task,
+                                                                num_queries=args.num_queries, seed=args.seed,
+                                                                mode=args.query_mode, device=pick_device(args.device))
+            items = blind_items(args.policies, queries, responses, tokenizer, args.task, args.seed,
+                                texts if args.rouge else None)
             session = LabelSession.create(output, args.session_flags(), items)
         complete = label(args, session, server)
         return report(args, session, complete)
@@ -204,12 +212,34 @@ def report(args: Args, session: LabelSession, complete: bool) -> dict:
              "labels_per_item": args.labels_per_item, "num_queries": args.num_queries, "seed": args.seed,
              "complete": complete, "pairs": pairs}
     out = Path(args.output_dir)
+    if args.rouge:
+        found["rouge"] = rouge_of(args.policies, session.items)
     print(results.table(pairs, args.labels_per_item))
     results.write_json(out / "results.json", found)
     results.draw(pairs, out / "win_rates.png")
     results.export_dataset(items, args.task_name, args.policies, out / "dataset")
     print(f"wrote {out / 'results.json'}, {out / 'win_rates.png'} and the comparisons as a dataset in {out / 'dataset'}")
     return found
+
+
+def rouge_of(policies: list[str], items: list[dict]) -> dict:
+    """The ROUGE table of the policies' responses (as the items show them) over the queries with a reference, printed
+    -> {"queries": n, "rows": {row: {metric: F1}}}."""
+    response, article, reference = {}, {}, {}
+    for item in items:
+        i = item["query_index"]
+        for policy, text in zip(item["policies"], item["sample_texts"]):
+            response[policy, i] = text
+        article[i], reference[i] = item["article"], item["reference"]
+    kept = sorted(i for i, ref in reference.items() if ref)
+    if not kept:
+        raise UserError("no query of this evaluation has a reference summary, so there is no ROUGE table; leave out "
+                        "--rouge")
+    rows = rouge_table({p: [response[p, i] for i in kept] for p in policies}, [article[i] for i in kept],
+                       [reference[i] for i in kept])
+    print(f"ROUGE on the {len(kept)} queries with a reference summary (rouge-score, stemmed):")
+    print(format_table(rows))
+    return {"queries": len(kept), "rows": rows}
 
 
 def cli() -> None:

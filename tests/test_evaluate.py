@@ -120,7 +120,8 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
     (["--policies", "zero-shot", "zero-shot"], "names a policy twice"),
     (["--policies", "a", "zero-shot", "--labels-per-item", "0"], "--labels-per-item is 0"),
     (["--policies", "a", "zero-shot", "--labeller", "command"], "--labeller command needs --command"),
-], ids=["one-policy", "unknown-policy", "twice", "k-0", "no-command"])
+    (["--policies", "a", "zero-shot", "--rouge"], "--rouge needs reference summaries"),
+], ids=["one-policy", "unknown-policy", "twice", "k-0", "no-command", "rouge-without-references"])
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, extra, message):
     argv = ["--task", "offline", "--labeller", "gold", *extra, "--output-dir", tmp_path / "out"]
     result = refused_in_process("lm_human_preference_details.evaluate", argv, tmp_path, {"LMHP_CACHE": cache})
@@ -133,3 +134,29 @@ def test_gold_on_a_task_without_a_gold_scorer_is_one_line(tmp_path):
     result = refused_in_process("lm_human_preference_details.evaluate", [
         "--task", "sentiment", "--policies", "a", "zero-shot", "--labeller", "gold"], tmp_path)
     assert result.returncode == 2 and "--labeller gold needs a task with a gold scorer" in result.stderr
+
+
+def test_rouge_of_each_policy_lead_3_and_the_reference(cache, happy, assets, tmp_path, monkeypatch):
+    """--rouge on a source whose texts carry references (here the tests' passages, each summarised by its first
+    sentence), as tldr-2019's and cnndm's do."""
+    from lm_human_preference_details.evaluation.rouge import rouge_f1
+    from lm_human_preference_details.queries import registry
+    from lm_human_preference_details.queries.batches import Article
+    from lm_human_preference_details.queries.samplers import TextSource
+
+    passages = (assets / "queries.txt").read_text().strip().split("\n\n")
+    articles = [Article(p, p.split(". ")[0] + ".") for p in passages]
+    monkeypatch.setitem(registry.SOURCES, "tldr-2019", TextSource(items=lambda r: iter(articles), references=True))
+    found, printed = in_process(cache, tmp_path, [
+        "--task", "offline", "--task.query-dataset", "tldr-2019", "--policies", happy, "zero-shot", "--labeller", "gold",
+        "--labels-per-item", "1", "--num-queries", "4", "--rouge", "--device", "cpu", "--output-dir", tmp_path / "out"])
+    rouge = found["rouge"]
+    assert rouge["queries"] == 4 and list(rouge["rows"]) == [str(happy), "zero-shot", "lead-3", "reference"]
+    assert rouge["rows"]["reference"] == {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0}
+    header = json.loads((tmp_path / "out" / "comparisons.json.session.jsonl").read_text().splitlines()[0])
+    texts = {item["query_index"]: item for item in header["items"]}
+    refs = [texts[i]["reference"] for i in range(4)]
+    assert refs == [t["article"].split(". ")[0] + "." for t in texts.values()]  # each query's own reference
+    zero = [t["sample_texts"][t["policies"].index("zero-shot")] for t in (texts[i] for i in range(4))]
+    assert rouge["rows"]["zero-shot"] == rouge_f1(zero, refs)
+    assert "R-1" in printed and "lead-3" in printed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Optional
 
 import torch
 
@@ -28,14 +29,16 @@ def model_of(policy: str, base_model: str) -> str:
 
 @torch.no_grad()
 def responses_of(policies: list[str], base_model: str, task: TaskHParams, *, num_queries: int, seed: int, mode: str,
-                 device: torch.device) -> tuple[list[list[int]], dict[str, list[list[int]]], object]:
-    """-> (the queries, each policy's truncated responses to them, the tokenizer): the same held-out queries and the
-    same seeded draws for every policy (FIDELITY C1 plain sampling, E2 truncate and score: as PPO scores a response)."""
+                 device: torch.device) -> tuple[list[list[int]], list[Optional[str]], dict[str, list[list[int]]], object]:
+    """-> (the queries, their source texts, each policy's truncated responses to them, the tokenizer): the same held-out
+    queries and the same seeded draws for every policy (FIDELITY C1 plain sampling, E2 truncate and score: as PPO scores
+    a response). A source text is a `queries.batches.Article` where the source gives its reference summary."""
     tokenizer = load_tokenizer(resolve_policy(model_of(policies[0], base_model)))
     # OAI sample.py: held-out queries (mode='test'), processed and formatted as in training
     sampler = make_query_sampler(tokenizer, task, batch_size=num_queries, seed=seed, num_ranks=1, mode=mode,
                                  shuffle_seed=seed)
     queries = next(sampler).to(device)  # [num_queries, query_length]
+    texts = sampler.last_texts()
     prefix, suffix = encode_plain(tokenizer, [task.query_prefix, task.query_suffix])
     contexts = format_queries(queries, prefix, suffix)  # [num_queries, p + q + s]
     responses = {}
@@ -46,13 +49,14 @@ def responses_of(policies: list[str], base_model: str, task: TaskHParams, *, num
         drawn = policy.sample(contexts, task.response_length, generator=generator)["responses"]  # [n, response_length]
         responses[name] = truncate_responses(drawn, task.truncate_token, task.truncate_after,
                                              tokenizer.pad_token_id).tolist()
-    return queries.tolist(), responses, tokenizer
+    return queries.tolist(), texts, responses, tokenizer
 
 
 def blind_items(policies: list[str], queries: list[list[int]], responses: dict[str, list[list[int]]], tokenizer,
-                task: TaskHParams, seed: int) -> list[dict]:
+                task: TaskHParams, seed: int, texts: Optional[list[Optional[str]]] = None) -> list[dict]:
     """One item per pair of policies and query, as the labelling session holds them (tokens with OpenAI's pads, and
-    texts), with "policies": [left, right], the order drawn from ``seed``, and the query's index."""
+    texts), with "policies": [left, right], the order drawn from ``seed``, and the query's index; with ``texts`` (the
+    queries' source texts), "article" and "reference" (its reference summary, or None) for the ROUGE table."""
     order = random.Random(seed)
     pad = tokenizer.pad_token_id
     to_oai = lambda tokens: [OAI_PAD if t == pad else t for t in tokens]  # noqa: E731  (FIDELITY A2 OAI pad remap)
@@ -64,5 +68,7 @@ def blind_items(policies: list[str], queries: list[list[int]], responses: dict[s
             items.append({"query": to_oai(query), "samples": [to_oai(s) for s in samples],
                           "query_text": task.query_prefix + decode(tokenizer, query) + task.query_suffix,
                           "sample_texts": [decode(tokenizer, s) for s in samples],
-                          "policies": [left, right], "query_index": i})
+                          "policies": [left, right], "query_index": i,
+                          **({} if texts is None else {"article": texts[i], "reference": getattr(texts[i], "reference",
+                                                                                                   None)})})
     return items
