@@ -130,6 +130,15 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, extra, messag
     assert not (tmp_path / "out").exists()
 
 
+def test_more_queries_than_the_held_out_stream_holds_is_one_line_and_leaves_nothing(cache, happy, tmp_path):
+    # the tests' held-out passages: 400, each a usable query
+    result = refused_in_process("lm_human_preference_details.evaluate", [
+        "--task", "offline", "--policies", happy, "zero-shot", "--labeller", "gold", "--num-queries", "500",
+        "--device", "cpu", "--output-dir", tmp_path / "out"], tmp_path, {"LMHP_CACHE": cache})
+    assert result.returncode == 2 and "--num-queries 500 is more than the" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_gold_on_a_task_without_a_gold_scorer_is_one_line(tmp_path):
     result = refused_in_process("lm_human_preference_details.evaluate", [
         "--task", "sentiment", "--policies", "a", "zero-shot", "--labeller", "gold"], tmp_path)

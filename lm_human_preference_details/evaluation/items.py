@@ -16,6 +16,7 @@ from lm_human_preference_details.language.trained_models import load_policy, res
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries, make_query_sampler
 from lm_human_preference_details.tasks import TaskHParams
+from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.progress import progress
 
 ZERO_SHOT = "zero-shot"  # the task's base model as PPO starts from it
@@ -39,6 +40,10 @@ def responses_of(policies: list[str], base_model: str, task: TaskHParams, *, num
                                  shuffle_seed=seed)
     queries = next(sampler).to(device)  # [num_queries, query_length]
     texts = sampler.last_texts()
+    one_pass = sampler.queries_per_pass()
+    if one_pass is not None and num_queries > one_pass:  # the stream repeats: a query would be judged twice
+        raise UserError(f"--num-queries {num_queries} is more than the {one_pass} queries of {task.query_dataset} "
+                        f"({mode}); pass --num-queries {one_pass} or less")
     prefix, suffix = encode_plain(tokenizer, [task.query_prefix, task.query_suffix])
     contexts = format_queries(queries, prefix, suffix)  # [num_queries, p + q + s]
     responses = {}
