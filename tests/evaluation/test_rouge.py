@@ -44,27 +44,3 @@ def test_words_are_stemmed():
     # Porter stems: cats -> cat, so "the cats" and "the cat" share both words and their bigram
     assert rouge_f1(["the cats"], ["the cat"]) == pytest.approx({"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0})
 
-
-def test_references_travel_with_their_queries_through_the_query_pipeline(tokenizer):
-    from lm_human_preference_details.queries.batches import Article
-    from lm_human_preference_details.queries.samplers import QuerySampler, TextSource
-
-    # the second text has no '.', so the books rules (start and end text '.') skip it: the references must skip too
-    texts = [Article("Intro. One two. Three.", "ref a"), Article("no period here", "ref b"),
-             Article("Intro. Four five. Six.", "ref c"), Article("Intro. Seven. Eight.", None)]
-    source = TextSource(items=lambda request: iter(texts), references=True).at("articles")
-    sampler = QuerySampler(tokenizer, source=source, query_length=8, start_text=".", end_text=".", batch_size=3)
-    queries = next(sampler)
-    found = sampler.last_texts()
-    assert [t.reference for t in found] == ["ref a", "ref c", None]
-    assert [tokenizer.decode([t for t in q if t != tokenizer.pad_token_id]) for q in queries.tolist()] == [
-        " One two. Three.", " Four five. Six.", " Seven. Eight."]
-    assert next(sampler) is not None and [t.reference for t in sampler.last_texts()] == ["ref a", "ref c", None]
-
-
-def test_a_cnndm_storys_reference_is_its_highlights():
-    from lm_human_preference_details.queries.oai2019 import clean_cnndm, cnndm_highlights
-
-    story = "The article.\n\nMore of it.\n\n@highlight\n\nFirst point\n\n@highlight\n\nSecond point\n"
-    assert cnndm_highlights(story) == "First point\nSecond point"
-    assert clean_cnndm(story) == "The article.\n\nMore of it."
