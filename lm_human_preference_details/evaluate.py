@@ -1,5 +1,6 @@
-"""Compare policies as the paper judged them (docs/evaluation.md): blind pairs of responses to the same held-out
-queries, K labellers an item (3, as the paper), the majority deciding; win rates with 95% intervals over items.
+"""Compare policies as the paper judged them: blind pairs of responses, K labellers an item, the majority deciding.
+
+Win rates with 95% intervals over items, on the same held-out queries for every policy (docs/evaluation.md).
 
     python -m lm_human_preference_details.evaluate --task offline --policies RUN/policy zero-shot --labeller gold
     python -m lm_human_preference_details.evaluate --task sentiment --policies RUN/policy zero-shot --labeller page
