@@ -9,6 +9,7 @@ the method at the top, the language model and the data beneath, the machinery of
     label.py        a command: label best-of-4 samples yourself on a local page
     export.py       a command: label files as a Hugging Face dataset, a reward model in OpenRLHF's format
     agreement.py    a command: how often labellers agree (pairwise, Fleiss' kappa, against gold)
+    evaluate.py     a command: the paper's evaluations, policies compared blind by a majority of K labellers
 
     language/       the language model: tokenizer, GPT-2 forward, LM head, Policy and RewardModel, trained models
     queries/        the query data: sources, per-rank streams, query processing and batches
@@ -16,6 +17,7 @@ the method at the top, the language model and the data beneath, the machinery of
     run/            a run's life: its directory, checkpoints, stops, tracking, plots
     cli/            the command line: a script's main(), --task and tyro, the run options both scripts take
     labelling/      people and programs who label: the page, its server and session, the online collection
+    evaluation/     the paper's evaluations: blind pairs of responses, who judges them, win rates, ROUGE
     offline/        the offline task: the whole method on a laptop CPU, with its shipped assets
     utils/          beneath everything: files and the cache, downloads, flag checks, progress, how a process ends
 """

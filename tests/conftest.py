@@ -40,7 +40,8 @@ SLOW_FIRST = ["labelling/test_online.py", "offline/test_task.py", "ranks/test_em
               "benchmarks/test_offline.py", "e2e/test_smoke.py", "run/test_checkpoint.py", "ranks/test_agreement.py",
               "e2e/test_online_page.py", "utils/test_files.py", "run/test_directory.py", "offline/test_pretrain.py",
               "e2e/test_label_page.py",
-              "e2e/test_cluster_runs.py", "test_sample.py", "benchmarks/test_compare.py", "e2e/test_user_files.py",
+              "e2e/test_cluster_runs.py", "test_evaluate.py", "e2e/test_evaluate_page.py",
+              "test_sample.py", "benchmarks/test_compare.py", "e2e/test_user_files.py",
               "test_label.py", "cli/test_run_args.py"]
 
 

@@ -59,13 +59,21 @@ def header_problem(header) -> Optional[str]:
     items = header.get("items")
     if not isinstance(items, list) or not items:
         return "no items"
+    n = samples_per_item(header)
     for i, item in enumerate(items):
         texts = item.get("sample_texts") if isinstance(item, dict) else None
-        if not (int_lists([item.get("query")]) and int_lists(item.get("samples"), N_SAMPLES)
-                and isinstance(item.get("query_text"), str) and isinstance(texts, list) and len(texts) == N_SAMPLES
+        if not (int_lists([item.get("query")]) and int_lists(item.get("samples"), n)
+                and isinstance(item.get("query_text"), str) and isinstance(texts, list) and len(texts) == n
                 and all(isinstance(t, str) for t in texts)):
-            return f"item {i} is not a query with {N_SAMPLES} samples, as tokens and texts"
+            return f"item {i} is not a query with {n} samples, as tokens and texts"
     return None
+
+
+def samples_per_item(header: dict) -> int:
+    """The samples every item of a session shows: 4 (best of four, the label tool), or 2 as its header's flags say (a
+    comparison of two policies, the evaluation command)."""
+    n = header["flags"].get("samples_per_item", N_SAMPLES)
+    return n if is_int(n) and 2 <= n <= N_SAMPLES else N_SAMPLES
 
 
 class Decisions:
@@ -73,8 +81,8 @@ class Decisions:
     skipped it, and each tab's undoable choices, in order. Item i wants ``wants[i]`` labels, each from another labeller;
     it is open to a labeller while it has fewer and that labeller has neither labelled nor skipped it."""
 
-    def __init__(self, wants: list[int]) -> None:
-        self.wants = wants
+    def __init__(self, wants: list[int], n_samples: int = N_SAMPLES) -> None:
+        self.wants, self.n_samples = wants, n_samples
         self.labels: dict[int, list[tuple[str, int]]] = {}  # item -> [(labeller, chosen sample)], in the order given
         self.skipped: dict[int, set[str]] = {}  # item -> the labellers who skipped it
         self.history: dict[str, list[tuple[int, str]]] = {}  # client -> the (item, labeller) it decided, oldest first
@@ -83,11 +91,12 @@ class Decisions:
     def of(cls, header: dict) -> Decisions:
         """No decisions yet, for the items and flags of a session's ``header``."""
         flags = {**SESSION_DEFAULTS, **header["flags"]}
-        return cls(wanted_labels(len(header["items"]), flags["labels_per_item"], flags["repeat_share"]))
+        return cls(wanted_labels(len(header["items"]), flags["labels_per_item"], flags["repeat_share"]),
+                   samples_per_item(header))
 
     def after(self, event: dict) -> Decisions:
         """The decisions once ``event`` is applied (self unchanged: the event is applied only once it is saved)."""
-        new = Decisions(self.wants)
+        new = Decisions(self.wants, self.n_samples)
         new.labels = {item: list(labels) for item, labels in self.labels.items()}
         new.skipped = {item: set(who) for item, who in self.skipped.items()}
         new.history = {client: list(items) for client, items in self.history.items()}
@@ -116,8 +125,8 @@ class Decisions:
         if len(self.labels.get(item, ())) >= self.wants[item]:
             return f"item {item} has the {self.wants[item]} label(s) it wants already"
         best = event.get("best")
-        if event["event"] == "label" and not (is_int(best) and 0 <= best < N_SAMPLES):
-            return f"best {best!r} is not in 0..{N_SAMPLES - 1}"
+        if event["event"] == "label" and not (is_int(best) and 0 <= best < self.n_samples):
+            return f"best {best!r} is not in 0..{self.n_samples - 1}"
         return None
 
     def apply(self, event: dict) -> None:

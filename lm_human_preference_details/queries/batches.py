@@ -10,7 +10,7 @@ queries; its sizes are checked here, once, for every source.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -64,6 +64,18 @@ def empty_text(what: str, fix: str) -> str:
             f"sequence's first token is real); {fix}")
 
 
+class Article(str):
+    """A query's text that carries its reference summary (tldr's TL;DR, cnndm's highlights): the pipeline processes it
+    as the text it is, and the evaluation's ROUGE table reads ``reference``."""
+
+    reference: Optional[str]
+
+    def __new__(cls, text: str, reference: Optional[str]) -> Article:
+        article = super().__new__(cls, text)
+        article.reference = reference
+        return article
+
+
 class RankBatches:
     """Infinite iterator of query batches for the emulated ranks ``ranks`` (default all) of ``num_ranks``:
     [len(ranks) * b, query_length], b = batch_size / num_ranks, block i being rank ranks[i]'s next b queries."""
@@ -95,3 +107,8 @@ class RankBatches:
     def first_text(self) -> str | None:
         """Rank 0's first text, for a source whose log line the baseline printed (`print_first_query`); else None."""
         return None
+
+    def last_texts(self) -> list[Optional[str]]:
+        """The source texts of the last batch's queries, in its order (an `Article` where the source gives its
+        reference summary); None for a query that came as tokens."""
+        raise NotImplementedError

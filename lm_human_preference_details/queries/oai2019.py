@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 import ftfy
 
 from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
+from lm_human_preference_details.queries.batches import Article
 from lm_human_preference_details.queries.hub import BOOKCORPUS, export_files
 from lm_human_preference_details.queries.source import Request
 from lm_human_preference_details.queries.streams import seeded_shuffle
@@ -50,6 +51,11 @@ def cnndm_clean_up_start(text: str) -> str:
     return text.replace("\u2019", "'").replace("\u2018", "'").strip()
 
 
+def cnndm_highlights(story: str) -> str:
+    """A .story file's reference summary: its highlights (the paragraphs after each @highlight), one a line."""
+    return "\n".join(h.strip() for h in story.split("@highlight")[1:] if h.strip())
+
+
 def clean_cnndm(story: str) -> str:
     """A .story file's article as the original feeds it: clean start, ftfy, 3+ newlines -> 2, text before @highlight."""
     # OAI lm_human_preferences/datasets/cnndm.py: cnndm_generator
@@ -77,12 +83,13 @@ def tldr_texts(mode: str, seed: int = 0) -> Iterator[str]:
     path = fetch_oai(f"{OAI_URL}/tldr/{split}-subset.json")
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
-        contents = [r["content"] for r in records]
-    except (ValueError, TypeError, KeyError) as e:
+        posts = [(r["content"], r.get("summary")) for r in records]
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise UserError(f"tldr file {path} is not a JSON list of objects with 'content' ({e}); "
                         "delete it to download it again") from None
-    for content in seeded_shuffle(contents, seed):
-        yield clean_tldr(content)
+    for content, summary in seeded_shuffle(posts, seed):
+        # the post's own TL;DR, where the file has it, for the evaluation's ROUGE table
+        yield Article(clean_tldr(content), summary if isinstance(summary, str) else None)
 
 
 CNNDM_WORKERS = 16  # concurrent story downloads
@@ -115,7 +122,8 @@ def cnndm_texts(mode: str, seed: int = 0, stories_dir: str | os.PathLike | None 
         if not path.is_file():
             raise UserError(f"cnndm story {path} is missing; LMHP_CNNDM_STORIES must hold cnn/stories/ and "
                             "dailymail/stories/ from the CNN/DailyMail story archives")
-        yield clean_cnndm(path.read_text(encoding="utf-8"))
+        story = path.read_text(encoding="utf-8")
+        yield Article(clean_cnndm(story), cnndm_highlights(story) or None)  # the highlights: ROUGE's reference
 
 
 # ---------------------------------------------------------------------------------------------- books

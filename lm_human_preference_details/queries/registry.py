@@ -66,8 +66,8 @@ SOURCES: dict[str, QuerySource] = {
     # OpenAI's 2019 pipeline: OAI lm_human_preferences/datasets/books.py, tldr.py, cnndm.py; launch.py's start/end
     "books-2019": TextSource(items=lambda r: books_texts(r.mode, r.seed, query_length=r.query_length),
                              start_text=".", end_text="."),
-    "tldr-2019": TextSource(items=lambda r: tldr_texts(r.mode, r.seed)),
-    "cnndm": TextSource(items=lambda r: cnndm_texts(r.mode, r.seed)),
+    "tldr-2019": TextSource(items=lambda r: tldr_texts(r.mode, r.seed), references=True),
+    "cnndm": TextSource(items=lambda r: cnndm_texts(r.mode, r.seed), references=True),
     "oai-label-queries": TextSource(items=lambda r: label_queries(r.labels_source, query_length=r.query_length,
                                                                   pad_id=r.pad_id, seed=r.seed),
                                     check=check_label_queries, needs_labels=True),

@@ -12,6 +12,7 @@ the same point.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import torch
 
 from lm_human_preference_details.language.tokenizer import encode_plain, single_token
 from lm_human_preference_details.queries.batches import (
+    Article,
     RankBatches,
     empty_text,
     encode_queries,
@@ -31,6 +33,8 @@ from lm_human_preference_details.queries.columns import TextColumn
 from lm_human_preference_details.queries.source import CorpusArchive, ParquetExport, QuerySource, Request
 from lm_human_preference_details.queries.streams import DEFAULT_WINDOW, RankStream
 from lm_human_preference_details.utils.errors import UserError
+
+SUMMARY = "summary"  # the field of a column source that holds a text's reference summary (tldr-17's TL;DR)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class ColumnSource(QuerySource):
         if mode not in self.modes:
             raise UserError(f"query dataset {self.name} has only a train split (the baseline never read another); "
                             "use the train split (sample.py --query-mode train) or books-2019 for held-out queries")
+
+    def gives_references(self) -> bool:
+        return SUMMARY in (self.fields or ())
 
     def check_processing(self, start_text: str | None, end_text: str | None) -> None:
         if start_text is not None or end_text is not None:
@@ -81,6 +88,10 @@ class TextSource(QuerySource):
 
     items: Optional[Callable[[Request], Iterable[Any]]] = None  # texts, or processed token lists, in shuffled order
     needs_labels: bool = False  # its queries come from the label file (--labels.source)
+    references: bool = False  # its texts carry reference summaries (tldr-2019, cnndm)
+
+    def gives_references(self) -> bool:
+        return self.references
 
     def check_request(self, request: Request) -> None:
         """A source that reads the label file's queries needs --labels.source."""
@@ -111,8 +122,11 @@ class HFQuerySampler(RankBatches):
         super().__init__(batch_size=batch_size, query_length=query_length, num_ranks=world_size, ranks=ranks)
         column = source.column if column is None else column
         source.check_column(column)
-        self.data = source.read(source, column, cache_dir=cache_dir, hub_cache_dir=hub_cache_dir,
-                                datasets_cache_dir=datasets_cache_dir)
+        read = dict(cache_dir=cache_dir, hub_cache_dir=hub_cache_dir, datasets_cache_dir=datasets_cache_dir)
+        self.data = source.read(source, column, **read)
+        # tldr-17's TL;DR, read once the evaluation asks for it (`last_texts`)
+        self.summaries = (lambda: source.read(source, SUMMARY, **read)) if SUMMARY in (source.fields or ()) else None
+        self.last_rows = np.zeros(0, dtype=np.int64)
         self.tokenizer, self.world_size = tokenizer, world_size
         stream = dict(seed=seed, world_size=world_size, window=window, cache_dir=cache_dir)
         self.streams = [RankStream(len(self.data), rank=r, **stream) for r in self.ranks]
@@ -137,9 +151,17 @@ class HFQuerySampler(RankBatches):
         """Texts of the next batch, one block per rank of ``ranks``."""
         return self.data.texts(self.next_rows())
 
+    def last_texts(self) -> list[Optional[str]]:
+        texts = self.data.texts(self.last_rows)
+        if self.summaries is None:
+            return texts
+        if callable(self.summaries):
+            self.summaries = self.summaries()
+        return [Article(t, r) for t, r in zip(texts, self.summaries.texts(self.last_rows))]
+
     def __next__(self) -> torch.Tensor:
         """The next [len(ranks) * b, query_length] batch; an empty text is one line naming its row."""
-        rows = self.next_rows()
+        rows = self.last_rows = self.next_rows()
         texts = self.data.texts(rows)
         for row, text in zip(rows, texts):
             if not text:
@@ -168,6 +190,8 @@ class QuerySampler(RankBatches):
         self.start_token = None if start_text is None else single_token(tokenizer, start_text, "--task.start-text")
         self.end_token = None if end_text is None else single_token(tokenizer, end_text, "--task.end-text")
         self.pass_size: int | None = None  # usable queries in one pass over the source, once a pass has ended
+        self.given: collections.deque = collections.deque()  # the source item of each query yielded, not yet batched
+        self.texts: list[Optional[str]] = []  # the last batch's
         self._queries = self._repeated_queries(self._items())  # the first pass opened now: a missing file is one line
 
     def queries_per_pass(self) -> int | None:
@@ -200,6 +224,7 @@ class QuerySampler(RankBatches):
                                                "so that texts without them are skipped"))
                 if query is not None:
                     usable += 1
+                    self.given.append(None if isinstance(item, list) else item)
                     yield query
             if usable == 0:
                 raise UserError(f"query dataset {self.source.name} ({self.mode}) gave no usable query: every text "
@@ -216,7 +241,13 @@ class QuerySampler(RankBatches):
         # next batch_size items of the stream, item j of the batch going to rank j % num_ranks.
         stream = torch.tensor(list(itertools.islice(self._queries, self.batch_size)), dtype=torch.long)
         by_rank = stream.view(self.batch_size // self.num_ranks, self.num_ranks, -1).transpose(0, 1)  # [R, b, q]
+        given = [self.given.popleft() for _ in range(self.batch_size)]
+        order = torch.arange(self.batch_size).view(-1, self.num_ranks).transpose(0, 1)[self.ranks].reshape(-1)
+        self.texts = [given[i] for i in order.tolist()]  # in the batch's order
         return by_rank[self.ranks].reshape(-1, self.query_length)  # [len(ranks) * b, query_length]
+
+    def last_texts(self) -> list[Optional[str]]:
+        return self.texts
 
 
 def make_query_sampler(tokenizer, task, *, batch_size: int, seed: int, num_ranks: int,

@@ -83,6 +83,10 @@ class QuerySource:
         if mode not in self.modes:
             raise UserError(f"query mode must be {' or '.join(map(repr, self.modes))}, got {mode!r}")
 
+    def gives_references(self) -> bool:
+        """Whether its texts carry reference summaries (`batches.Article`), for the evaluation's ROUGE table."""
+        return False
+
     def heldout_mode(self) -> str:
         """The mode sample.py reads by default: held-out queries where the source has them."""
         return "test" if "test" in self.modes else "train"

@@ -30,6 +30,7 @@ from lm_human_preference_details.utils.outputs import RUN_MARKER, check_output_d
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb", "checkpoints", "reward_model",
                "policy", "reward", "summary.json", "curves.png", "online")
 SAMPLE_ENTRIES = ("samples.jsonl", "config.json", "metrics.jsonl", "events.out.tfevents.*", "wandb")  # sample.py's
+EVALUATE_ENTRIES = ("comparisons.json", "comparisons.json.session.jsonl", "results.json", "win_rates.png", "dataset")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ RUN_KINDS = {kind.name: kind for kind in (
     RunKind("reward", RUN_ENTRIES, finished="reward_model"),  # the two training scripts
     RunKind("policy", RUN_ENTRIES, checkpoints=True, curves=True),
     RunKind("sample", SAMPLE_ENTRIES, resumable=False),  # sample.py's output directory
+    RunKind("evaluate", EVALUATE_ENTRIES),  # evaluate.py's: the same command continues it
 )}
 
 MARKER, LOCK = RUN_MARKER, ".lmhp-run.lock"

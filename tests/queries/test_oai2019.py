@@ -223,3 +223,11 @@ def test_cnndm_stories_come_from_openais_container_concurrently(server, tmp_path
     monkeypatch.setattr(files, "CACHE_DIR", tmp_path / "cache2")
     with pytest.raises(UserError, match=r"cannot download .*/cache_val/cnn/stories/.*HTTP 404"):
         list(query_datasets.cnndm_texts("valid", seed=0))
+
+
+def test_a_cnndm_storys_reference_is_its_highlights():
+    from lm_human_preference_details.queries.oai2019 import clean_cnndm, cnndm_highlights
+
+    story = "The article.\n\nMore of it.\n\n@highlight\n\nFirst point\n\n@highlight\n\nSecond point\n"
+    assert cnndm_highlights(story) == "First point\nSecond point"
+    assert clean_cnndm(story) == "The article.\n\nMore of it."

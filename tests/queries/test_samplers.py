@@ -233,3 +233,20 @@ def test_print_first_query_is_rank_0s_first_shuffled_text(tokenizer, bookcorpus_
     (tmp_path / "q.txt").write_text("one passage.\n\nanother passage.\n")
     assert samplers.print_first_query(make_query_sampler(tokenizer, books, batch_size=2, seed=0, num_ranks=1)) is None
     assert capsys.readouterr().out == ""
+
+
+def test_references_travel_with_their_queries_through_the_query_pipeline(tokenizer):
+    from lm_human_preference_details.queries.batches import Article
+    from lm_human_preference_details.queries.samplers import QuerySampler, TextSource
+
+    # the second text has no '.', so the books rules (start and end text '.') skip it: the references must skip too
+    texts = [Article("Intro. One two. Three.", "ref a"), Article("no period here", "ref b"),
+             Article("Intro. Four five. Six.", "ref c"), Article("Intro. Seven. Eight.", None)]
+    source = TextSource(items=lambda request: iter(texts), references=True).at("articles")
+    sampler = QuerySampler(tokenizer, source=source, query_length=8, start_text=".", end_text=".", batch_size=3)
+    queries = next(sampler)
+    found = sampler.last_texts()
+    assert [t.reference for t in found] == ["ref a", "ref c", None]
+    assert [tokenizer.decode([t for t in q if t != tokenizer.pad_token_id]) for q in queries.tolist()] == [
+        " One two. Three.", " Four five. Six.", " Seven. Eight."]
+    assert next(sampler) is not None and [t.reference for t in sampler.last_texts()] == ["ref a", "ref c", None]

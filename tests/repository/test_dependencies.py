@@ -105,11 +105,11 @@ def test_every_floor_is_the_locked_version_or_one_the_floors_job_installs_and_te
 
 
 def test_each_console_script_names_a_function_that_runs_its_module():
-    """lmhp-label and lmhp-sample (pyproject.toml) call the function `python -m MODULE` calls."""
+    """lmhp-label, lmhp-sample and lmhp-evaluate (pyproject.toml) call the function `python -m MODULE` calls."""
     import importlib
 
     scripts = project()["scripts"]
-    assert set(scripts) == {"lmhp-label", "lmhp-sample"}
+    assert set(scripts) == {"lmhp-label", "lmhp-sample", "lmhp-evaluate"}
     for name, target in scripts.items():
         module_name, function = target.split(":")
         module = importlib.import_module(module_name)
