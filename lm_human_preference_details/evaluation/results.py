@@ -17,6 +17,7 @@ from typing import Optional
 
 from lm_human_preference_details.labelling.agreement import fleiss_kappa, overall_agreement, pair_agreement
 from lm_human_preference_details.utils.files import atomic_path
+from lm_human_preference_details.utils.outputs import atomic_dir
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 LEFT, RIGHT = 0, 1
@@ -178,7 +179,7 @@ def export_dataset(items: list[dict], task: str, policies: list[str], out: Path)
                          "left": item["sample_texts"][0], "right": item["sample_texts"][1], "labeller": who,
                          "choice": ("left", "right")[side], "preferred": item["policies"][side],
                          "majority": "" if decided is None else item["policies"][decided]})
-    with atomic_path(out, is_dir=True) as tmp:
+    with atomic_dir(out) as tmp:  # an entry of the evaluation's run directory (utils/outputs.py)
         if rows:
             datasets.Dataset.from_list(rows).to_parquet(str(tmp / "comparisons.parquet"))
         (tmp / "README.md").write_text(DATASET_CARD.format(policies=", ".join(policies), task=task, n=len(rows)))
