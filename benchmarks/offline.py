@@ -192,6 +192,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from lm_human_preference_details.offline.assets import VERSION, offline_dir
+    from lm_human_preference_details.utils.errors import UserError
+    from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours
+
+    def is_our_table(path: Path) -> bool:  # a table this script wrote (its first line), which a new run may replace
+        with open(path, "rb") as f:
+            return f.readline().startswith(b"Offline task ")
+
+    try:  # a new file, or a table this script wrote: checked before anything runs (utils/outputs.py)
+        check_output_file(args.out, flag="--out", ours=is_our_table, what="markdown file", writer="run of offline.py")
+    except UserError as e:
+        parser.exit(2, f"error: {e}\n")
 
     fresh = not (offline_dir() / "labels.json").exists()  # then the first seed's wall time includes building the assets
     rows = {m: {s: run_seed(s, m, args.runs_dir, args.extra, args.reuse, args.final_queries) for s in args.seeds}
@@ -212,9 +223,8 @@ def main(argv: list[str] | None = None) -> None:
             text += "\n" + readme_check(mode_rows, readme_ranges((ROOT / "README.md").read_text()))
         text += "\n" if len(rows) > 1 else ""
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
+    with new_or_ours(args.out, is_our_table) as tmp:  # never over a file this script did not write
+        tmp.write_text(text)
     print(text)
 
 

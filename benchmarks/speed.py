@@ -72,6 +72,8 @@ from lm_human_preference_details.ppo import (  # noqa: E402
 )
 from lm_human_preference_details.ranks.devices import pick_device  # noqa: E402
 from lm_human_preference_details.ranks.emulated import Ranks  # noqa: E402
+from lm_human_preference_details.utils.errors import UserError  # noqa: E402
+from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours  # noqa: E402
 
 PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1 plain-text tokens)
 SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
@@ -584,6 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    try:  # a new file, or a table this script wrote: checked before anything runs (utils/outputs.py)
+        out = args.out and check_output_file(args.out, flag="--out", ours=is_our_report, what="markdown file",
+                                             writer="run of speed.py")
+    except UserError as e:
+        build_parser().exit(2, f"error: {e}\n")
     device = pick_device(args.device, tf32=not args.no_tf32)  # as train_policy.train sets up its device
     if args.batch_size is None:
         batch_sizes = [512 if device.type == "cuda" else (64 if s == "tiny" else 8) for s in args.sizes]
@@ -603,11 +610,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                                reference_micro, args.compile))
     report = markdown_report(runs, device, args.repeats, args.bf16)
     print(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(report)
-        print(f"wrote {args.out}", file=sys.stderr)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with new_or_ours(out, is_our_report) as tmp:  # never over a file this script did not write
+            tmp.write_text(report)
+        print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def is_our_report(path: Path) -> bool:
+    """A table this script wrote (its first line), which a new run may replace."""
+    with open(path, "rb") as f:
+        return f.readline().startswith(b"| model | batch | path | sample |")
 
 
 if __name__ == "__main__":

@@ -222,3 +222,16 @@ def test_the_final_reward_model_is_the_runs_last_and_its_accuracy_the_share_of_g
     texts = [tokenizer.decode([t for t in s if t != tokenizer.pad_token_id]) for s in seen[0].tolist()]
     scores = [[offline_corpus.gold_score(t) for t in texts[i : i + 4]] for i in range(0, 64, 4)]
     assert accuracy == sum(s.index(max(s)) == 0 for s in scores) / 16 < 1  # not every request a tie
+
+
+def test_out_is_never_a_file_this_script_did_not_write(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import offline
+
+    mine = tmp_path / "notes.md"
+    mine.write_text("my notes\n")
+    with pytest.raises(SystemExit) as e:  # before any seed runs
+        offline.main(["--seeds", "1", "--out", str(mine), "--runs-dir", str(tmp_path / "runs")])
+    assert e.value.code == 2 and mine.read_text() == "my notes\n" and not (tmp_path / "runs").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and "no run of offline.py wrote it" in err and err.count("\n") == 1

@@ -138,3 +138,16 @@ def test_default_reference_micro_batch():
     assert speed.default_reference_micro_batch(cuda, 200, 8) == 8  # 128 does not divide 200
     assert speed.default_reference_micro_batch(cpu, 512, 0) == 0
     assert speed.default_reference_micro_batch(cpu, 64, 16) == 16
+
+
+def test_out_is_a_new_file_or_a_table_of_ours_and_nothing_else_is_touched(tmp_path, capsys):
+    mine = tmp_path / "notes.md"
+    mine.write_text("my notes\n")
+    with pytest.raises(SystemExit) as e:  # before any model is built
+        speed.main(["--device", "cpu", "--sizes", "tiny", "--out", str(mine)])
+    assert e.value.code == 2 and mine.read_text() == "my notes\n"
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and "no run of speed.py wrote it" in err and err.count("\n") == 1
+    assert speed.is_our_report(tmp_path / "notes.md") is False
+    (tmp_path / "table.md").write_text("| model | batch | path | sample | policy fwd |\n")
+    assert speed.is_our_report(tmp_path / "table.md")
