@@ -433,6 +433,10 @@ def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets,
     assert source == str(assets / "labels.json") and hparams["labels"]["num_train"] == 32
     assert hparams["num_ranks"] == 2 and hparams["device"] == "cpu"  # the policy run's ranks and run options
     assert [r["step"] for r in metrics(out)] == [0, 1]  # PPO ran after the reward model
+    # the policy's card says what trained it: the label file the run's reward model learned from, and that model
+    card = (out / "policy" / "README.md").read_text()
+    assert "- reward model: trained in this run on the labels above (the run's `reward/reward_model`)" in card
+    assert "- labels: `../../../" in card and "labels.json` (best_of_4, 32 used for training)" in card
     # every query PPO printed is one of the label file's queries (pads 50259 dropped), not a local corpus text
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
     records = json.loads((assets / "labels.json").read_text())
