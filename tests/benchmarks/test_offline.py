@@ -142,14 +142,16 @@ README_KL = tuple(map(float, re.search(r"final KL (\d+\.\d+)-(\d+\.\d+)\s+\(targ
 
 def test_the_readmes_offline_ranges_are_the_committed_5_seed_table():
     """README.md's offline results line states the min..max of benchmarks/results/offline.md, which ran the current
-    preset (its asset version, no extra flags) on 5 seeds; whether they met the targets, the table says."""
-    from lm_human_preference_details.offline.assets import VERSION
+    preset (its asset version, or the one its runs repeat number for number: SAME_RUNS_AS; no extra flags) on 5
+    seeds; whether they met the targets, the table says."""
+    from lm_human_preference_details.offline.assets import SAME_RUNS_AS, VERSION
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from offline import readme_ranges
 
     results = (ROOT / "benchmarks" / "results" / "offline.md").read_text()
-    assert results.startswith(f"Offline task {VERSION}, 5 seeds (`python benchmarks/offline.py --seeds 1 2 3 4 5")
+    assert any(results.startswith(f"Offline task {v}, 5 seeds (`python benchmarks/offline.py --seeds 1 2 3 4 5")
+               for v in (VERSION, SAME_RUNS_AS))
     assert " -- " not in results.splitlines()[0]  # the preset as it is, no flags after --
     assert "every seed inside the README's ranges: yes" in results
     table = parse(results)
