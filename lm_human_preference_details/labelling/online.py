@@ -20,10 +20,10 @@ from lm_human_preference_details.labelling.online_labels import BEST_OF, RECOVER
 from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.ppo import truncate_responses
 from lm_human_preference_details.queries import format_queries
-from lm_human_preference_details.run.checkpoint import rng_state, set_rng_state
-from lm_human_preference_details.run.directory import SHARED_DIR_WAIT_S
 from lm_human_preference_details.utils.errors import Stopped, UserError
+from lm_human_preference_details.utils.files import SHARED_DIR_WAIT_S
 from lm_human_preference_details.utils.progress import passed
+from lm_human_preference_details.utils.random_state import rng_state, set_rng_state
 
 PROGRESS_S = 10.0  # while PPO waits for labels, a line of progress this often
 

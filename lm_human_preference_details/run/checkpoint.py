@@ -10,13 +10,11 @@ loads it into freshly built objects, so a resumed CPU run logs exactly the metri
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import numpy as np
 import torch
 
 from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
@@ -24,44 +22,11 @@ from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import UserError, disk_full
 from lm_human_preference_details.utils.outputs import atomic_dir
 from lm_human_preference_details.utils.progress import passed
+from lm_human_preference_details.utils.random_state import rng_state, set_rng_state
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what RunSaves.save writes, resume_checkpoint reads
-
-
-# ----------------------------------------------------------------------------------------------- random generators
-def pack_numpy_state(state: tuple) -> dict[str, Any]:
-    """A numpy RandomState's state in types `torch.load(weights_only=True)` reads back (its key as a tensor)."""
-    kind, keys, pos, has_gauss, gauss = state
-    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-            "gauss": float(gauss)}
-
-
-def unpack_numpy_state(n: Mapping[str, Any]) -> tuple:
-    """The inverse of `pack_numpy_state`, for `RandomState.set_state`."""
-    return n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]
-
-
-def rng_state() -> dict[str, Any]:
-    """The global torch (CPU and every CUDA device), numpy and Python random generators' states."""
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": pack_numpy_state(np.random.get_state()),
-        "python": random.getstate(),
-    }
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what `rng_state` returned, on the hardware there is now: the CUDA states of the devices visible here
-    (GPU i takes the saved GPU i's; a checkpoint saved with more GPUs visible, or on a CPU, is fine)."""
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        for i, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(cuda_state, i)
-    np.random.set_state(unpack_numpy_state(state["numpy"]))
-    random.setstate(state["python"])
 
 
 # ----------------------------------------------------------------------------------------------- state of objects

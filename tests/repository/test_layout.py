@@ -88,6 +88,25 @@ def test_the_wings_import_each_other_without_a_circle():
     assert len(graph) >= 12 and find_cycle(graph) is None, find_cycle(graph)
 
 
+# a run's life sits above the wings it drives: what they share with it (random state, shared-directory waits) is beneath
+BELOW_RUN = ("ranks", "labelling")
+
+
+def imports_against_the_floors(graph: dict[str, set[str]]) -> list[str]:
+    """The arrows from a module of ``BELOW_RUN`` into ``run/``."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() if name.split(".")[0] in BELOW_RUN
+                  for dep in deps if dep.split(".")[0] == "run")
+
+
+def test_no_wing_beneath_a_runs_life_imports_from_it():
+    assert imports_against_the_floors({"ranks.emulated": {"run.checkpoint", "utils.files"}, "run.lifecycle": {"ranks"}}) \
+        == ["ranks.emulated -> run.checkpoint"]
+    modules = package_modules()
+    graph = {name: imports_of(path) for name, path in modules.items()}
+    assert {w for w in BELOW_RUN if w in modules} == set(BELOW_RUN)  # the wings named are there
+    assert not imports_against_the_floors(graph), imports_against_the_floors(graph)
+
+
 def test_the_package_is_in_wings_each_with_its_map():
     """At most 12 modules at the root; at least 5 sub-packages, each opening with a map naming its every module; no
     folder holds three modules whose names start alike (``label_*``)."""
