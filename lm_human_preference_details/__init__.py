@@ -16,7 +16,8 @@ the method at the top, the language model and the data beneath, the machinery of
     ranks/          the original's MPI ranks: emulated ranks on torchrun processes, gradients, agreeing, devices
     run/            a run's life: its directory, checkpoints, stops, tracking, plots
     cli/            the command line: a script's main(), --task and tyro, the run options both scripts take
-    labelling/      people and programs who label: the page, its server and session, the online collection
+    labelling/      the label tool's wing: the page, its server, a session over fixed items and its journal
+    online/         the paper's online collection: requests while PPO trains, their answers, the label file, retrainings
     evaluation/     the paper's evaluations: blind pairs of responses, who judges them, win rates, ROUGE
     offline/        the offline task: the whole method on a laptop CPU, with its shipped assets
     utils/          beneath everything: files and the cache, downloads, flag checks, progress, how a process ends

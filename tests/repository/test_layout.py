@@ -89,7 +89,7 @@ def test_the_wings_import_each_other_without_a_circle():
 
 
 # a run's life sits above the wings it drives: what they share with it (random state, shared-directory waits) is beneath
-BELOW_RUN = ("ranks", "labelling")
+BELOW_RUN = ("ranks", "labelling", "online")
 
 
 def imports_against_the_floors(graph: dict[str, set[str]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The online collection's labellers (labellers.py): the gold pick, and a user's program as the command labeller,
+"""The online collection's labellers (online/labellers.py): the gold pick, and a user's program as the command labeller,
 answering, skipping, dying, hanging and lying."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details.labelling.labellers import CommandLabeller, GoldLabeller
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.online.labellers import CommandLabeller, GoldLabeller
 from lm_human_preference_details.utils.errors import UserError
 
 
@@ -99,7 +99,7 @@ def test_a_program_that_cannot_start_is_one_line(tmp_path, tokenizer):
 
 def asked(tokenizer) -> list:
     """The two requests of `requests` as the collection submits them (online_answers.Request)."""
-    from lm_human_preference_details.labelling.answers import Request
+    from lm_human_preference_details.online.answers import Request
 
     queries, samples = requests(tokenizer)
     return [Request(0, i, 0, q, s) for i, (q, s) in enumerate(zip(queries.tolist(), samples.tolist()))]
