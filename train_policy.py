@@ -37,7 +37,7 @@ import torch
 import tyro
 
 import train_reward
-from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.parsing import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
 from lm_human_preference_details.language.gpt2 import compile_blocks
 from lm_human_preference_details.language.model import (
@@ -68,7 +68,7 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks.emulated import Ranks, seed_globals
-from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.checkpoint import check_finite
 from lm_human_preference_details.run.identity import fingerprint
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task

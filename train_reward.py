@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.parsing import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
 from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.language.gpt2 import compile_blocks
@@ -38,7 +38,7 @@ from lm_human_preference_details.language.tokenizer import encode_plain, load_to
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks.emulated import Ranks
-from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.checkpoint import check_finite
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_labels, get_task
 from lm_human_preference_details.utils.checks import check_at_least, check_positive

@@ -1,4 +1,4 @@
-"""What a training checkpoint holds, and how it is written and read back.
+"""What a training checkpoint holds, and how it is written and read back; the non-finite guard that keeps a NaN out.
 
 A checkpoint is one file, ``RUN/checkpoints/update_NNNNNNNN/state.pt``, written atomically after update N: the
 state_dict of every object the next update depends on (policy and value head, optimizer, KL controller, query
@@ -13,9 +13,10 @@ import contextlib
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
+from torch import nn
 
 from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
 from lm_human_preference_details.run.identity import check_same_run
@@ -140,3 +141,24 @@ def training_state(update: int, objects: Mapping[str, Any], **extra: Any) -> dic
     """What `save_checkpoint` writes: every object's state, the random generators, and ``extra`` values."""
     return {"update": update, "objects": {name: state_of(obj) for name, obj in objects.items()}, "rng": rng_state(),
             **extra}
+
+
+# ----------------------------------------------------------------------------------------------- the non-finite guard
+def _finite_flags(values: Iterable[Any]) -> list[bool]:
+    """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
+    flags = []
+    for v in values:
+        if isinstance(v, nn.Module):
+            params = [p.detach() for p in v.parameters()]
+            flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True))
+        else:
+            flags.append(torch.isfinite(torch.as_tensor(v, dtype=torch.float64) if not torch.is_tensor(v) else v).all())
+    return [bool(f) for f in flags]
+
+
+def check_finite(where: str, **values: Any) -> None:
+    """Raise a one-line UserError naming the first non-finite quantity (in argument order) and ``where``."""
+    for name, ok in zip(values, _finite_flags(values.values())):
+        if not ok:
+            raise UserError(f"non-finite {name} at {where}: the run stops here and saves nothing from it (earlier "
+                            "checkpoints are kept); lower the learning rate or check the reward model and temperature")

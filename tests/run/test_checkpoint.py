@@ -1,5 +1,6 @@
-"""run/checkpoint.py: what a checkpoint holds, written and read back; then kill, stop and resume both scripts and compare
-with an uninterrupted run, and a NaN that stops each script's run with nothing saved of it."""
+"""run/checkpoint.py: what a checkpoint holds, written and read back, and the non-finite guard's one line; then kill,
+stop and resume both scripts and compare with an uninterrupted run, and a NaN that stops each script's run with nothing
+saved of it."""
 
 import errno
 import json
@@ -14,13 +15,34 @@ import torch
 from helpers.events import drive, events_env
 
 from lm_human_preference_details.run import checkpoint as ckpt
-from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from lm_human_preference_details.run.checkpoint import check_finite, list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.utils.errors import Stopped, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ pieces
+def test_check_finite_names_the_first_bad_quantity():
+    layer = torch.nn.Linear(2, 2)
+    check_finite("update 3", scores=torch.ones(4), loss=[0.5, 1.0], gradients=layer)
+    with pytest.raises(UserError, match=r"^non-finite kl at update 3: the run stops here"):
+        check_finite("update 3", scores=torch.ones(4), kl=torch.tensor([1.0, float("nan")]), loss=[float("inf")])
+    with pytest.raises(UserError, match="non-finite loss at"):
+        check_finite("update 3", scores=torch.ones(4), loss=[0.5, float("inf")])
+    with torch.no_grad():
+        layer.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match="non-finite gradients at update 3"):
+        check_finite("update 3", loss=[0.5], gradients=layer)
+
+
+def test_plain_numbers_and_a_module_without_weights_are_checked_too():
+    check_finite("update 0", lr=1e-5, steps=3, activation=torch.nn.ReLU())  # no weights: nothing non-finite
+    with pytest.raises(UserError) as e:
+        check_finite("the end of reward model training", lr=1e-5, gain=float("-inf"))
+    assert str(e.value).startswith("non-finite gain at the end of reward model training: the run stops here and saves "
+                                   "nothing from it (earlier checkpoints are kept)") and "\n" not in str(e.value)
+
+
 def test_objects_round_trip_through_a_checkpoint(tmp_path):
     class Controller:  # a plain object: its attributes are its state (the KL controllers)
         def __init__(self):
