@@ -329,12 +329,11 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
     # under torchrun process 0 alone talks to the labeller (starts the program, serves the page); every process trains
     labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, label_file.path.parent) \
         if run.is_main else None
-    online = OnlineCollection(schedule, label_file, labeller, sampler, args.task,
-                              prefix, suffix, tokenizer.pad_token_id, args.seed,
-                              (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks)
-    online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
-    online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
-    return online
+    # say: the lines PPO prints while it waits for labels, above the progress bar; stop_received: asked inside an update
+    # only, a stop ends a wait for labels
+    return OnlineCollection(schedule, label_file, labeller, sampler, args.task, prefix, suffix, tokenizer.pad_token_id,
+                            args.seed, (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks, say=run.print,
+                            stop_received=lambda: run.stop.signum)
 
 
 @torch.no_grad()

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> Path:
         if session is None:
             items = sample_items(args, pick_device(args.device))
             session = LabelSession.create(output, args.session_flags(), items)
-        server.session = session
+        server.show(session)
         print(f"{session.progress_line()}; each choice is saved to {output} as it is made")
         print(f"labelling page: {server.url()} ({who_can_reach(args.host)}); Ctrl-C stops it", flush=True)
         try:

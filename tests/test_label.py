@@ -139,7 +139,7 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
     out = tmp_path / "labels.json"
     session = LabelSession.create(out, FLAGS, fake_items(30))
     server = label.LabelServer("127.0.0.1", 0)
-    server.session = session
+    server.show(session)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     url = server.url()

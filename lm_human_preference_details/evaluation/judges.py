@@ -76,7 +76,7 @@ def label_by_program(session: LabelSession, labellers: list[str], answer: Callab
 def label_on_page(session: LabelSession, server: LabelServer, host: str) -> bool:
     """Serve the labelling page (``server``, bound on ``host``) until every item has its labels (-> True) or a Ctrl-C /
     SIGTERM (-> False)."""
-    server.session = session
+    server.show(session)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
     print(f"{session.progress_line()}; labelling page: {server.url()} ({who_can_reach(host)}); Ctrl-C stops it, and "

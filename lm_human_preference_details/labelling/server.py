@@ -172,7 +172,12 @@ class LabelServer(http.server.ThreadingHTTPServer):
                             "address of this machine (127.0.0.1: this machine only)") from None
         self.names = {"localhost", host.lower(), socket.gethostname().lower()}
         self.page = PAGE.read_bytes()
-        self.session = None  # what the page labels: set before the server serves
+        self.session = None  # what the page labels: `show` sets it before the server serves
+
+    def show(self, session) -> None:
+        """Serve ``session`` (its items, answers and state): bound first so that a port in use ends a command before
+        anything is sampled or written, the server is given what it shows once that exists."""
+        self.session = session
 
     def serves(self, host_header: Optional[str]) -> bool:
         """Whether a request's Host names this server: an IP address (never what a rebinding page has: a name),

@@ -54,7 +54,10 @@ class OnlineCollection:
 
     def __init__(self, schedule: Schedule, label_file: OnlineLabelFile, labeller, sampler, task, prefix: list[int],
                  suffix: list[int], pad_id: int, seed: int, sizes: tuple[int, int], train: Callable[[int, int], tuple],
-                 ranks=None):
+                 ranks=None, say: Callable[[str], None] = print,
+                 stop_received: Callable[[], Optional[int]] = lambda: None):
+        """``say``: the run's print (the lines PPO prints while it waits); ``stop_received``: the run's stop signal, asked
+        inside an update only (a stop ends a wait for labels)."""
         self.schedule, self.label_file, self.labeller, self.sampler, self.task = schedule, label_file, labeller, sampler, task
         # torchrun's ranks: process 0 alone has the labeller, the answers, the label file's writes (docs/online.md)
         self.ranks, self.is_main = ranks, ranks is None or ranks.is_main
@@ -63,9 +66,8 @@ class OnlineCollection:
         self.train = train  # (training k, its label count) -> (reward model, hparams); a finished training's is reused
         # every answer, durable as it is given: a resumed run reuses the answers to the requests it makes again
         self.answers = AnswerRecord(label_file.path.with_name("answers.jsonl")) if self.is_main else None
-        self.say: Callable[[str], None] = print  # the run's print (train_policy.py sets it)
-        self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's (train_policy.py sets it)
-        self.stop: Callable[[], Optional[int]] = self.stop_received  # any process's, while process 0 collects
+        self.say, self.stop_received = say, stop_received
+        self.stop: Callable[[], Optional[int]] = stop_received  # any process's, while process 0 collects (collect_labels)
         self.requests = 0  # requests answered with a label or still pending: a skipped one is not counted
         self.pending: dict[str, Request] = {}  # submitted, not answered yet: a checkpoint holds them
         self.unsent: list[Request] = []  # a resumed run's pending requests, submitted again before its first episode
@@ -101,7 +103,7 @@ class OnlineCollection:
             current = self.training(self.trainings - 1)
             self.reload = False
         # process 0 collects (the others wait for it: Ranks.main_alone); its counts are every process's
-        counts = main_alone(self.ranks, lambda stop: collect_labels(self, update, policy, stop), lambda: self.stop_received())
+        counts = main_alone(self.ranks, lambda stop: self.collect_labels(update, policy, stop), self.stop_received)
         self.stats = {}
         while self.trainings < self.schedule.trainings_due(n):
             current = self.training(self.trainings)
@@ -110,6 +112,28 @@ class OnlineCollection:
                                              current[1]))
         self.stats.update({**counts, "online/retrainings": self.trainings})
         return current
+
+    def collect_labels(self, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
+        """Process 0's part: the requests due, the wait for l(n) labels (``stop``: any process's) -> the counts."""
+        n = update * self.episodes_per_update
+        self.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
+        if self.fresh:  # its answers are in the record: the requests made again get them from there
+            self.label_file.keep(0)
+            self.fresh = False
+        start = time.time()
+        self.submit(self.unsent)
+        self.unsent = []
+        self.send_requests(update, policy)
+        wanted = self.schedule.labels_wanted(n)
+        if len(self.label_file) < wanted:  # PPO waits here while labels < l(n), and only here
+            self.wait_for_labels(wanted, n, update, policy)
+        labels = len(self.label_file)
+        self.waited += time.time() - start
+        if n + self.episodes_per_update >= self.schedule.total_episodes:  # no label is asked after the last update's
+            self.labeller.close()  # the page's server stops
+        return {"online/labels": labels, "online/requests": self.requests, "online/pending": self.requests - labels,
+                "online/labels_wanted": wanted, "online/retrainings": self.trainings,  # the trainings due: after them
+                "online/wait_time": self.waited}
 
     def send_requests(self, update: int, policy) -> None:
         """New requests while the request rule says so; the answers given meanwhile go to the label file, a skipped
@@ -156,8 +180,7 @@ class OnlineCollection:
         known = [(r, self.answers.get(r)) for r in requests]
         unknown = [r for r, best in known if best is UNKNOWN]
         if unknown:
-            self.labeller.stop_received = self.stop  # a program asked at length looks at the run's stop
-            self.labeller.submit(unknown, self.answers.record)
+            self.labeller.submit(unknown, self.answers.record, self.stop)  # a program asked at length looks at the stop
             self.pending.update({r.key: r for r in unknown})
         if any(best is not UNKNOWN for r, best in known):
             self.label_file.add([(r, b, self.answers.labeller(r)) for r, b in known if b is not UNKNOWN], self.pad_id)
@@ -187,29 +210,6 @@ class OnlineCollection:
             return self.train(k, self.schedule.training_labels(k, self.reward_batch_size))
         finally:
             set_rng_state(state)
-
-
-def collect_labels(online: OnlineCollection, update: int, policy, stop: Callable[[], Optional[int]]) -> dict:
-    """Process 0's part: the requests due, the wait for l(n) labels (``stop``: any process's) -> the counts."""
-    n = update * online.episodes_per_update
-    online.stop = stop  # asked as requests go out, in the wait, and by a program's labeller
-    if online.fresh:  # its answers are in the record: the requests made again get them from there
-        online.label_file.keep(0)
-        online.fresh = False
-    start = time.time()
-    online.submit(online.unsent)
-    online.unsent = []
-    online.send_requests(update, policy)
-    wanted = online.schedule.labels_wanted(n)
-    if len(online.label_file) < wanted:  # PPO waits here while labels < l(n), and only here
-        online.wait_for_labels(wanted, n, update, policy)
-    labels = len(online.label_file)
-    online.waited += time.time() - start
-    if n + online.episodes_per_update >= online.schedule.total_episodes:  # no label is asked after the last update's
-        online.labeller.close()  # the page's server stops
-    return {"online/labels": labels, "online/requests": online.requests, "online/pending": online.requests - labels,
-            "online/labels_wanted": wanted, "online/retrainings": online.trainings,  # the trainings due: after them
-            "online/wait_time": online.waited}
 
 
 def training_stats(labels: int, hparams: dict) -> dict[str, float]:

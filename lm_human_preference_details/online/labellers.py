@@ -1,7 +1,9 @@
 """Who labels the online collection's requests (collection.py): one interface, asynchronous where the labeller is.
 
-    submit(requests, record)   hand over requests (answers.Request); each answer is passed to ``record`` (which
-                               makes it durable) with its labeller's name before it is handed back
+    submit(requests, record, stop)
+                               hand over requests (answers.Request); each answer is passed to ``record`` (which
+                               makes it durable) with its labeller's name before it is handed back; a labeller that
+                               answers at length looks at ``stop`` (the run's stop signal, or None)
     poll(timeout)              -> the [(request, answer, labeller)] given since the last poll, waiting up to ``timeout``
                                seconds for one; an answer is the index of the best of the four samples, or None
                                (skipped); labeller the name of who gave it (gold: "gold"; command: --online.labeller-name;
@@ -45,10 +47,10 @@ class AnswersAtOnce:
     """A labeller that answers every request as it is submitted: its subclass's `label(queries, samples)`."""
 
     ready: tuple = ()  # [(request, answer, labeller)] answered since the last poll
-    stop_received: Callable[[], Optional[int]] = staticmethod(lambda: None)  # the run's stop (the collection's)
     name: str  # the labeller's name, recorded with each of its answers
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None],
+               stop: Callable[[], Optional[int]] = lambda: None) -> None:
         queries = torch.tensor([r.query for r in requests])  # [b, query_length]
         samples = torch.tensor([r.samples for r in requests])  # [b, 4, response_length]
         for request, best in zip(requests, self.label(queries, samples)):
@@ -125,6 +127,7 @@ class CommandLabeller(AnswersAtOnce):
         self.name = name if name is not None else program_name(command)
         self.asked = 0  # the id of the next request: the requests sent to this program so far
         self.buffer = b""  # output read past the last answer line
+        self.stop_received: Callable[[], Optional[int]] = lambda: None  # the run's stop, while `submit` asks
         try:
             # a session of its own: its whole process group is ended with the run, and it is not in the terminal's
             # foreground group, so a Ctrl-C is the run's stop alone, never the program's death
@@ -139,8 +142,11 @@ class CommandLabeller(AnswersAtOnce):
         """[b, q] queries, [b, 4, r] truncated and padded samples -> b answers (an index, or None: skipped)."""
         return [self.answer(query, four) for query, four in zip(queries.tolist(), samples.tolist())]
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
-        """Each request asked in turn, its answer recorded as it comes (a kill loses none the program gave)."""
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None],
+               stop: Callable[[], Optional[int]] = lambda: None) -> None:
+        """Each request asked in turn, its answer recorded as it comes (a kill loses none the program gave); a wait for
+        the program ends at ``stop`` (the run's)."""
+        self.stop_received = stop
         for request in requests:
             self.answered(request, self.answer(request.query, request.samples), record)
 

@@ -112,14 +112,15 @@ class PageLabeller:
     def __init__(self, host: str, port: int, tokenizer, task, record_path) -> None:
         self.session = OnlineSession(tokenizer, task, record_path)
         self.server = LabelServer(host, port, FLAGS)
-        self.server.session = self.session
+        self.server.show(self.session)
         self.host = host
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                                        name="labelling page", daemon=True)
         self.thread.start()
 
-    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None]) -> None:
-        self.session.add(requests, record)
+    def submit(self, requests: list[Request], record: Callable[[Request, Optional[int], str], None],
+               stop: Callable[[], Optional[int]] = lambda: None) -> None:
+        self.session.add(requests, record)  # people answer as they come: nothing here waits, so ``stop`` is not asked
 
     def poll(self, timeout: float = 0.0) -> list[tuple[Request, Optional[int], str]]:
         return self.session.take(timeout)

@@ -66,7 +66,7 @@ def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0")
 def serving(session: LabelSession, port: int = 0):
     """The page's server for ``session`` in a thread -> its URL; stopped and closed after."""
     server = LabelServer("127.0.0.1", port)
-    server.session = session
+    server.show(session)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield server.url()

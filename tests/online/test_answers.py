@@ -63,7 +63,7 @@ class SlowLabeller:
         self.given = 0
         self.idle = 0
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.record = record
         self.asked += [r.key for r in requests]
         self.queue += requests
@@ -86,13 +86,12 @@ class SlowLabeller:
         pass
 
 
-def collection(label_file: Path, labeller, said: list[str]) -> OnlineCollection:
+def collection(label_file: Path, labeller, said: list[str], stop_received=lambda: None) -> OnlineCollection:
     # l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38 before updates 0-3 of 16 episodes; margin 2
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=0)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
     online = OnlineCollection(schedule, OnlineLabelFile(label_file), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
-                              lambda k, num_train: (f"model {k}", {}))
-    online.say = said.append
+                              lambda k, num_train: (f"model {k}", {}), say=said.append, stop_received=stop_received)
     return online
 
 
@@ -184,7 +183,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_
 class NoAnswers(SlowLabeller):
     """Nobody labels: requests are taken, never answered."""
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.asked += [r.key for r in requests]
 
 
@@ -194,9 +193,9 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
     from lm_human_preference_details.utils.errors import Stopped
 
     said: list[str] = []
-    online = collection(tmp_path / "labels.json", NoAnswers(), said)
     looks = []
-    online.stop_received = lambda: (looks.append(1) or signal.SIGTERM) if said else None  # from the wait's first line
+    online = collection(tmp_path / "labels.json", NoAnswers(), said,  # a stop from the wait's first line on
+                        stop_received=lambda: (looks.append(1) or signal.SIGTERM) if said else None)
     with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 1  # at the first look after the signal
@@ -327,12 +326,10 @@ def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
 class SkipsAll:
     """A labeller that skips every request at once (a judge that cannot decide): requests go out without end."""
 
-    stop_received = None
-
     def __init__(self):
         self.asked = 0
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.asked += len(requests)
         assert self.asked < 10_000, "requests went out without end: the stop was not looked at"
         self.given = [(r, None, "judge") for r in requests]
@@ -357,8 +354,9 @@ def test_a_stop_ends_requests_that_go_out_without_end(tmp_path):
 
     from lm_human_preference_details.utils.errors import Stopped
 
-    online = collection(tmp_path / "labels.json", SkipsAll(), [])
-    online.stop_received = lambda: signal.SIGTERM if online.labeller.asked >= 40 else None
+    labeller = SkipsAll()
+    online = collection(tmp_path / "labels.json", labeller, [],
+                        stop_received=lambda: signal.SIGTERM if labeller.asked >= 40 else None)
     with pytest.raises(Stopped, match="stopped by SIGTERM while requests went out before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and online.labeller.asked == 40  # at the next batch of 4

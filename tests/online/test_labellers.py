@@ -203,9 +203,9 @@ def test_a_stop_ends_a_wait_for_the_program_within_a_second_or_two(tmp_path, tok
 
     labeller = CommandLabeller(script(tmp_path, "sys.stdin.readline()\ntime.sleep(600)\n"), tokenizer, timeout=600)
     signalled = time.monotonic() + 0.5
-    labeller.stop_received = lambda: signal.SIGTERM if time.monotonic() > signalled else None
     with pytest.raises(Stopped, match="stopped by SIGTERM while --online.command .*, request 0 was asked") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None,
+                        stop=lambda: signal.SIGTERM if time.monotonic() > signalled else None)
     assert time.monotonic() - signalled < 2 + 3 and stopped.value.exit_code == 128 + signal.SIGTERM  # 3 s of slack
     assert until(lambda: ended(labeller.process.pid))
 
@@ -217,7 +217,7 @@ def test_a_program_ended_by_the_runs_own_stop_is_said_as_a_stop(tmp_path, tokeni
 
     labeller = CommandLabeller(script(tmp_path, "import os, signal\nsys.stdin.readline()\nos.kill(os.getpid(), "
                                                 "signal.SIGTERM)\n"), tokenizer, timeout=600)
-    labeller.stop_received = lambda: signal.SIGTERM if labeller.process.poll() is not None else None
     with pytest.raises(Stopped, match="stopped by SIGTERM") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None,
+                        stop=lambda: signal.SIGTERM if labeller.process.poll() is not None else None)
     assert stopped.value.exit_code == 128 + signal.SIGTERM
