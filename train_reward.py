@@ -6,7 +6,7 @@
 The algorithm (OAI lm_human_preferences/train_reward.py), in train() (main() parses and checks the flags):
   1. load the labels (best-of-4 over responses sampled from the initial policy);
   2. normalise the reward model on fresh policy samples to mean 0, std 1 (normalize_before);
-  3. one epoch over labels.num_train labels in one seeded permutation, softmax cross-entropy
+  3. one epoch over --labels.num-train labels in one seeded permutation, softmax cross-entropy
      of the 4 rewards against the best, learning rate annealed linearly to 0, TF-1 Adam;
   4. normalise again (normalize_after), so the KL coefficient of PPO keeps its meaning;
   5. save the reward model (Hugging Face format + head, gain, bias + these hparams).

@@ -1,6 +1,6 @@
 """The labelling page's server (docs/labelling.md): the page, its calls (JSON in and out) and the checks that keep them
-to this server's own page (Host, Origin, a custom header). It serves a session: label_session.LabelSession (the label
-tool's fixed items, label.py) or labellers.OnlineSession (an online run's requests, labellers.PageLabeller).
+to this server's own page (Host, Origin, a custom header). It serves a session: session.LabelSession (the label tool's
+fixed items, label.py) or online/page.OnlineSession (an online run's requests, online/page.PageLabeller).
 """
 
 from __future__ import annotations

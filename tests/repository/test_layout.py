@@ -329,3 +329,73 @@ def test_nothing_in_the_repository_points_outside_it_or_at_an_issue_number():
         if path.suffix in {".py", ".md", ".toml", ".sh", ".sbatch", ".html", ".txt", ""} and path.is_file():
             found += [f"{name}: {ref}" for ref in outside_references(path.read_text(errors="replace"))]
     assert len(files) > 100 and not found, found
+
+
+# what a docstring may name that is not this repository's: the original's files (OAI ...) and a user's example program
+ELSEWHERE = {"launch.py", "lm_tasks.py", "datasets.py", "label_types.py", "books.py", "judge.py"}
+PY_NAME = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)\b")  # labelling/server.py, train_reward.py
+DOTTED_NAME = re.compile(r"(?<![\w./-])((?:[a-z_]+/)*[a-z_][a-z0-9_]*)\.([A-Za-z_]\w*)\b")  # run/directory.check_run_dir
+FILE_TYPES = {"py", "md", "json", "jsonl", "txt", "html", "parquet", "png", "pt", "safetensors", "toml", "log", "ckpt",
+              "arrow", "csv", "yaml", "sh", "gz", "zip"}  # labels.json is a file, not the module labels' name json
+CODE = re.compile(r"``.*?``|\"[^\"\n]*\"", re.DOTALL)  # code and quoted strings: expressions, not names of modules
+
+
+def top_level_names(path: Path) -> set[str]:
+    """What ``path`` defines at its top level (functions, classes, assigned names), its imports left out."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(e.id for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name))
+    return names
+
+
+def stale_names(doc: str, files: list[Path], tracked: set[str]) -> list[str]:
+    """The modules and module.function names in ``doc`` that do not exist: a path (``wing/module.py``, a bare
+    ``module.py``) no file of ``tracked`` has (paths from the root; a test is named by its path alone), a
+    ``module.name`` whose module (by its stem, or ``wing/module``) is one of ``files`` but defines no such name, a
+    flat-layout name (``label_session.X``) or a ``lm_human_preference_details.X`` that is no module."""
+    doc = CODE.sub("", doc)
+    found = [ref for ref in PY_NAME.findall(doc) if ref not in ELSEWHERE and not (
+        ref in tracked or f"{PACKAGE.name}/{ref}" in tracked or ref.startswith("lm_human_preferences/") if "/" in ref
+        else any(t.split("/")[-1] == ref for t in tracked if not t.startswith("tests/")))]  # a test is named by its path
+    by_stem: dict[str, list[Path]] = {}
+    for path in files:
+        by_stem.setdefault(path.stem, []).append(path)
+    for head, name in DOTTED_NAME.findall(doc):
+        if name in FILE_TYPES:
+            continue
+        if head == PACKAGE.name:
+            found += [] if f"{PACKAGE.name}/{name}.py" in tracked or f"{PACKAGE.name}/{name}/__init__.py" in tracked \
+                else [f"{head}.{name}"]
+        elif head.split("/")[-1] in by_stem:
+            modules = [p for p in by_stem[head.split("/")[-1]] if p.with_suffix("").as_posix().endswith(head)]
+            found += [] if any(name in top_level_names(p) for p in modules) else [f"{head}.{name}"]
+        elif "_" in head and head.split("_")[0] in set(by_stem) | {w.name for w in PACKAGE.iterdir() if w.is_dir()}:
+            found.append(f"{head}.{name}")  # label_session.X, online_answers.X: the flat layout's names
+    return found
+
+
+def test_the_stale_name_check_sees_each_form(tmp_path):
+    (tmp_path / "server.py").write_text("def serve():\n    pass\n")
+    (tmp_path / "label.py").write_text("")
+    files, tracked = [tmp_path / "server.py", tmp_path / "label.py"], {"lm_human_preference_details/labelling/server.py"}
+    assert stale_names("labelling/server.py, server.serve, ``x.y`` and launch.py", files, tracked) == []
+    planted = "label_server.py, labelling/x.py, server.stop, label_session.LabelSession, lm_human_preference_details.nothing"
+    assert stale_names(planted, files, tracked) == planted.split(", ")
+
+
+def test_every_module_or_function_a_docstring_names_exists():
+    """A docstring that names a module (``labelling/server.py``) or a module's function (``directory.check_run_dir``)
+    names one that exists, so that a move leaves no docstring pointing at the old place."""
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"]
+    files += [ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), ROOT / "train_policy.py", ROOT / "train_reward.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [f"{path.relative_to(ROOT)}: {name}"
+                          for name in stale_names(ast.get_docstring(node) or "", files, tracked)]
+    assert len(files) > 60 and not found, found
