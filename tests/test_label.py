@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.labelling import (
     FLAGS,
     RESPONSE_LENGTH,
@@ -287,9 +288,7 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
         results = [refused_in_process("lm_human_preference_details.label", label_command(tmp_path / "new.json",
                                       *extra)[3:], tmp_path, {"LMHP_CACHE": cache}) for extra, _ in cases]
         for (_, message), result in zip(cases, results):
-            assert result.returncode == 2, result.stderr
-            assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
-            assert message in result.stderr
+            assert_one_error_line(result, message)
             assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
     finally:
         taken.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.events import drive, events_env
 
 from lm_human_preference_details.run import checkpoint as ckpt
@@ -217,12 +218,6 @@ def assert_same_numbers(got, expected):
     assert len(got) == len(expected)
 
 
-def one_error_line(err):
-    lines = [line for line in err.splitlines() if line.startswith("error")]
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
-
-
 def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, reward_dir, whole, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import AutoModelForCausalLM
@@ -252,7 +247,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     code, seen, _, err = hooked_run(argv, tmp_path / "stopped", term_at=f"update {resumed_at}")
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert seen[0] == f"update {resumed_at}" and resumed_at < UPDATES - 1
-    line = one_error_line(err)
+    line = assert_one_error_line(subprocess.CompletedProcess(argv, code, "", err), status=128 + signal.SIGTERM, alone=False)
     assert f"stopped by SIGTERM after update {resumed_at}" in line and "continue with --resume" in line
     done = resumed_at + 1
     assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".lmhp-tmp~*"))
@@ -346,7 +341,8 @@ def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny
     with pytest.raises(SystemExit) as e:
         run_main(lambda: train_reward.main(reward_argv(assets, tiny_labels, run)))
     err = capsys.readouterr().err
-    assert e.value.code == 2 and one_error_line(err).startswith(f"error: {message}")
+    line = assert_one_error_line(subprocess.CompletedProcess([], e.value.code, "", err), alone=False)
+    assert line.startswith(f"error: {message}")
     assert not (run / "reward_model").exists() and not list(run.glob(".lmhp-tmp~*"))  # no model, nothing half-written
     batches = [r["step"] for r in rows(run) if "train_reward/minibatch/loss" in r]
     assert batches == ([0] if where == "loss" else [0, 1])  # the NaN batch is not logged
