@@ -39,8 +39,8 @@ import torch.distributed as dist
 if dist.is_available():
     import torch.distributed.nn  # noqa: F401
 
-from lm_human_preference_details.ranks.agreement import AgreeOnFailures
 from lm_human_preference_details.ranks.devices import pick_device
+from lm_human_preference_details.ranks.failures import AgreeOnFailures
 from lm_human_preference_details.ranks.gradients import backward
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.random_state import pack_numpy_state, unpack_numpy_state
