@@ -31,7 +31,7 @@ import tyro
 
 from lm_human_preference_details.cli.parsing import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
-from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
+from lm_human_preference_details.label_format import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.language.gpt2 import compile_blocks
 from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer

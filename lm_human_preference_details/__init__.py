@@ -4,7 +4,7 @@ the method at the top, the language model and the data beneath, the machinery of
     ppo.py          the PPO maths: truncation, rejection, KL rewards, GAE, whitening, losses (pure tensor functions)
     optim.py        TF-1 Adam and the linear learning-rate decay
     tasks.py        the original's four presets (launch.py) and the names --task takes
-    labels.py       OpenAI's best-of-4 label files: read, checked, pad 50259 mapped to ours
+    label_format.py OpenAI's best-of-4 label files: read, checked, pad 50259 mapped to ours
     sample.py       a command: sample (and score) a policy on held-out queries
     label.py        a command: label best-of-4 samples yourself on a local page
     export.py       a command: label files as a Hugging Face dataset, a reward model in OpenRLHF's format

@@ -70,7 +70,7 @@ def add_gold(items: Labels, task_name: str) -> None:
     import torch
 
     # the scorer, as the online run's gold labeller asks it, and the tokens it reads
-    from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.label_format import OAI_PAD
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
     from lm_human_preference_details.online.labellers import GoldLabeller
 

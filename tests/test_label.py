@@ -30,9 +30,9 @@ from helpers.processes import refused_in_process
 
 from lm_human_preference_details import label
 from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.journal import journal_path
 from lm_human_preference_details.labelling.session import LabelSession
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.utils import files
 from lm_human_preference_details.utils.checks import check_output_dir
 from lm_human_preference_details.utils.errors import UserError

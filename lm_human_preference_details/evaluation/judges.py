@@ -14,9 +14,9 @@ from typing import Callable, Optional
 
 import torch
 
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import LabelSession
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online.labellers import CommandLabeller
 from lm_human_preference_details.utils.errors import Interrupted
 from lm_human_preference_details.utils.progress import progress

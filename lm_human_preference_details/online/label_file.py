@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.journal import is_int
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.online.answers import AnswerRecord, Request
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import atomic_path

@@ -22,7 +22,7 @@ from helpers.events import drive, events_env
 from helpers.online import FakePolicy, FakeSampler, online_args
 from helpers.processes import in_process
 
-from lm_human_preference_details.labels import load_best_of_n_labels
+from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
