@@ -399,3 +399,43 @@ def test_every_module_or_function_a_docstring_names_exists():
                 found += [f"{path.relative_to(ROOT)}: {name}"
                           for name in stale_names(ast.get_docstring(node) or "", files, tracked)]
     assert len(files) > 60 and not found, found
+
+
+def package_classes() -> set[str]:
+    return {node.name for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef)}
+
+
+def assembled_from_outside(source: str, classes: set[str]) -> list[str]:
+    """``x.attr = ...`` in a function of ``source`` where ``x`` was built there by one of ``classes``: an object whose
+    attributes its maker sets, instead of its class taking them (``online = OnlineCollection(...); online.say = f``)."""
+    tree, found = ast.parse(source), []
+    own = {id(f): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in ast.walk(c)}  # a class's methods
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        others = classes - {own.get(id(function))}  # a class may build its own copy (Decisions.after)
+        built = {t.id for node in ast.walk(function) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                 and (getattr(node.value.func, "id", None) or getattr(node.value.func, "attr", None)) in others
+                 for t in node.targets if isinstance(t, ast.Name)}
+        found += [f"{function.name}: {ast.unparse(t)}" for node in ast.walk(function) if isinstance(node, ast.Assign)
+                  for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                  and t.value.id in built]
+    return found
+
+
+def test_the_outside_assembly_check_sees_it():
+    planted = "def start(f):\n    online = OnlineCollection(1)\n    online.say = f\n    x = dict()\n    x.y = 1\n"
+    assert assembled_from_outside(planted, {"OnlineCollection"}) == ["start: online.say"]
+    assert assembled_from_outside("def start():\n    online = OnlineCollection(say=print)\n", {"OnlineCollection"}) == []
+    own = "class A:\n    def copy(self):\n        new = A()\n        new.x = self.x\n        return new\n"
+    assert assembled_from_outside(own, {"A"}) == []
+
+
+def test_no_object_of_the_package_is_assembled_from_outside_its_class():
+    """An object is built by its own class: no function sets the attributes of an object of ours it has just built."""
+    classes = package_classes()
+    assert {"OnlineCollection", "LabelServer", "Run"} <= classes
+    sources = [*PACKAGE.rglob("*.py"), ROOT / "train_policy.py", ROOT / "train_reward.py"]
+    found = [f"{p.relative_to(ROOT)}: {f}" for p in sources for f in assembled_from_outside(p.read_text(), classes)]
+    assert not found, found
