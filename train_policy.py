@@ -37,12 +37,8 @@ import torch
 import tyro
 
 import train_reward
-from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.parsing import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
-from lm_human_preference_details.labelling.labellers import make_labeller
-from lm_human_preference_details.labelling.online import OnlineCollection, check_shared_journal
-from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
-from lm_human_preference_details.labelling.schedule import OnlineHParams, Schedule
 from lm_human_preference_details.language.gpt2 import compile_blocks
 from lm_human_preference_details.language.model import (
     Policy,
@@ -54,6 +50,10 @@ from lm_human_preference_details.language.model import (
 from lm_human_preference_details.language.tf_checkpoint import is_tf_checkpoint
 from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.language.trained_models import resolve_reward_model
+from lm_human_preference_details.online.collection import OnlineCollection, check_shared_labels
+from lm_human_preference_details.online.label_file import OnlineLabelFile
+from lm_human_preference_details.online.labellers import make_labeller
+from lm_human_preference_details.online.schedule import OnlineHParams, Schedule
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.ppo import (
     AdaptiveKLController,
@@ -68,7 +68,7 @@ from lm_human_preference_details.ppo import (
 )
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks.emulated import Ranks, seed_globals
-from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.checkpoint import check_finite
 from lm_human_preference_details.run.identity import fingerprint
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import TaskHParams, get_task
@@ -305,19 +305,19 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
     new = args.rewards.train_new_model
     schedule = Schedule(new.labels.num_train, args.online.num_labels, args.ppo.total_episodes, args.online.margin,
                         args.online.retrainings)
-    journal = OnlineLabelFile(Path(args.output_dir) / "online" / "labels.json", owner=run.is_main)
+    label_file = OnlineLabelFile(Path(args.output_dir) / "online" / "labels.json", owner=run.is_main)
     # the requests' queries: the task's stream, shuffled apart from PPO's (seed + 1, shuffle 1)
     sampler = make_query_sampler(tokenizer, args.task, batch_size=args.ppo.batch_size, seed=args.seed + 1, num_ranks=1,
                                  shuffle_seed=1, labels_source=new.labels.source)
     prefix, suffix = encode_plain(tokenizer, [args.task.query_prefix, args.task.query_suffix])
 
     def train(k: int, num_train: int) -> tuple[RewardModel, dict]:
-        """Training k: train_reward.py on the journal's first num_train labels, from the initial language model with
+        """Training k: train_reward.py on the label file's first num_train labels, from the initial language model with
         a new random head (seed + k), normalised as the offline reward model is, into RUN/online/reward_k."""
-        check_shared_journal(run.ranks, journal)  # every process reads the records process 0 wrote
-        labels = dataclasses.replace(new.labels, source=str(journal.path), num_train=num_train)
+        check_shared_labels(run.ranks, label_file)  # every process reads the records process 0 wrote
+        labels = dataclasses.replace(new.labels, source=str(label_file.path), num_train=num_train)
         seed = (args.seed if new.seed is None else new.seed) + k
-        out = online_training_dir(journal.path.parent, k)
+        out = online_training_dir(label_file.path.parent, k)
         # a training inside PPO: its curves in its own directory, not in W&B, where the policy's run is open
         path = train_reward.train(reward_run_args(args, False, labels=labels, seed=seed, first_phase=False, track=False,
                                                   output_dir=str(out)))
@@ -327,14 +327,13 @@ def start_online(args: Args, tokenizer, device, run: Run) -> OnlineCollection | 
         return reward_model.requires_grad_(False), {**hparams, "last_loss": loss}  # its last batch's loss
 
     # under torchrun process 0 alone talks to the labeller (starts the program, serves the page); every process trains
-    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, journal.path.parent) \
+    labeller = make_labeller(args.online, tokenizer, get_task(args.task_name), args.task, label_file.path.parent) \
         if run.is_main else None
-    online = OnlineCollection(schedule, journal, labeller, sampler, args.task,
-                              prefix, suffix, tokenizer.pad_token_id, args.seed,
-                              (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks)
-    online.say = run.print  # the line PPO prints while it waits for labels, above the progress bar
-    online.stop_received = lambda: run.stop.signum  # asked inside an update only: a stop ends a wait for labels
-    return online
+    # say: the lines PPO prints while it waits for labels, above the progress bar; stop_received: asked inside an update
+    # only, a stop ends a wait for labels
+    return OnlineCollection(schedule, label_file, labeller, sampler, args.task, prefix, suffix, tokenizer.pad_token_id,
+                            args.seed, (args.ppo.batch_size, new.batch_size), train, ranks=run.ranks, say=run.print,
+                            stop_received=lambda: run.stop.signum)
 
 
 @torch.no_grad()

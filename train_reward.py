@@ -6,7 +6,7 @@
 The algorithm (OAI lm_human_preferences/train_reward.py), in train() (main() parses and checks the flags):
   1. load the labels (best-of-4 over responses sampled from the initial policy);
   2. normalise the reward model on fresh policy samples to mean 0, std 1 (normalize_before);
-  3. one epoch over labels.num_train labels in one seeded permutation, softmax cross-entropy
+  3. one epoch over --labels.num-train labels in one seeded permutation, softmax cross-entropy
      of the 4 rewards against the best, learning rate annealed linearly to 0, TF-1 Adam;
   4. normalise again (normalize_after), so the KL coefficient of PPO keeps its meaning;
   5. save the reward model (Hugging Face format + head, gain, bias + these hparams).
@@ -29,16 +29,16 @@ import torch
 import torch.nn.functional as F
 import tyro
 
-from lm_human_preference_details.cli.main import run_script
+from lm_human_preference_details.cli.parsing import run_script
 from lm_human_preference_details.cli.run_args import RunArgs
-from lm_human_preference_details.labels import check_enough_labels, check_label_source, load_best_of_n_labels
+from lm_human_preference_details.label_format import check_enough_labels, check_label_source, load_best_of_n_labels
 from lm_human_preference_details.language.gpt2 import compile_blocks
 from lm_human_preference_details.language.model import Policy, RewardModel, load_lm
 from lm_human_preference_details.language.tokenizer import encode_plain, load_tokenizer
 from lm_human_preference_details.optim import TF1Adam, annealed_lr, set_lr
 from lm_human_preference_details.queries import format_queries, make_query_sampler, print_first_query
 from lm_human_preference_details.ranks.emulated import Ranks
-from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.checkpoint import check_finite
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.tasks import LabelHParams, TaskHParams, check_labels, get_task
 from lm_human_preference_details.utils.checks import check_at_least, check_positive

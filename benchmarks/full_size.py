@@ -56,7 +56,7 @@ def build_assets(out: Path, rows: int, labels: int, small: bool, seed: int = 0) 
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.label_format import OAI_PAD
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
     from lm_human_preference_details.offline.pretrain import tiny_gpt2
     from lm_human_preference_details.utils.files import atomic_path

@@ -134,10 +134,10 @@ def best_of_four_accuracy(policy, score, tokenizer, task, n: int, seed: int) -> 
     """How often ``score`` ([4n, q] queries, [4n, r] responses -> [4n]) picks the gold scorer's best of four samples of
     ``policy``, on ``n`` held-out queries (offline_report.heldout_queries, the summary's ``seed``): requests drawn as the
     online collection draws them (truncated), labelled by the gold labeller; ties go to the first, as gold's."""
-    from lm_human_preference_details.labelling.labellers import GoldLabeller
-    from lm_human_preference_details.labelling.online_labels import BEST_OF
     from lm_human_preference_details.offline import corpus as offline_corpus
     from lm_human_preference_details.offline import report as offline_report
+    from lm_human_preference_details.online.label_file import BEST_OF
+    from lm_human_preference_details.online.labellers import GoldLabeller
     from lm_human_preference_details.ppo import truncate_responses
 
     queries = offline_report.heldout_queries(tokenizer, task, n, seed).repeat_interleave(BEST_OF, dim=0)  # [4n, q]

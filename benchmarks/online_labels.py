@@ -21,8 +21,8 @@ import random
 import time
 from pathlib import Path
 
-from lm_human_preference_details.labelling.answers import AnswerRecord, Request
-from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
+from lm_human_preference_details.online.answers import AnswerRecord, Request
+from lm_human_preference_details.online.label_file import OnlineLabelFile
 from lm_human_preference_details.utils.files import atomic_path
 
 PAD = 50257

@@ -4,7 +4,7 @@ the method at the top, the language model and the data beneath, the machinery of
     ppo.py          the PPO maths: truncation, rejection, KL rewards, GAE, whitening, losses (pure tensor functions)
     optim.py        TF-1 Adam and the linear learning-rate decay
     tasks.py        the original's four presets (launch.py) and the names --task takes
-    labels.py       OpenAI's best-of-4 label files: read, checked, pad 50259 mapped to ours
+    label_format.py OpenAI's best-of-4 label files: read, checked, pad 50259 mapped to ours
     sample.py       a command: sample (and score) a policy on held-out queries
     label.py        a command: label best-of-4 samples yourself on a local page
     export.py       a command: label files as a Hugging Face dataset, a reward model in OpenRLHF's format
@@ -16,7 +16,8 @@ the method at the top, the language model and the data beneath, the machinery of
     ranks/          the original's MPI ranks: emulated ranks on torchrun processes, gradients, agreeing, devices
     run/            a run's life: its directory, checkpoints, stops, tracking, plots
     cli/            the command line: a script's main(), --task and tyro, the run options both scripts take
-    labelling/      people and programs who label: the page, its server and session, the online collection
+    labelling/      the label tool's wing: the page, its server, a session over fixed items and its journal
+    online/         the paper's online collection: requests while PPO trains, their answers, the label file, retrainings
     evaluation/     the paper's evaluations: blind pairs of responses, who judges them, win rates, ROUGE
     offline/        the offline task: the whole method on a laptop CPU, with its shipped assets
     utils/          beneath everything: files and the cache, downloads, flag checks, progress, how a process ends

@@ -63,16 +63,16 @@ def gold_task(task_name: str):
 
 
 def add_gold(items: Labels, task_name: str) -> None:
-    """The task's gold scorer's pick for every item, as labeller GOLD (labellers.GoldLabeller, as the online run asks
+    """The task's gold scorer's pick for every item, as labeller GOLD (online/labellers.py GoldLabeller, as the online run asks
     it); an item whose shapes are not the task's (query and response lengths) is refused in one line: the scorer's
     pick of another task's samples means nothing."""
     # torch, the tokenizer and the tasks take seconds to import: only with --gold-task
     import torch
 
-    # the scorer, as the online run's gold labeller asks it
-    from lm_human_preference_details.labelling.labellers import GoldLabeller
-    from lm_human_preference_details.labels import OAI_PAD
+    # the scorer, as the online run's gold labeller asks it, and the tokens it reads
+    from lm_human_preference_details.label_format import OAI_PAD
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+    from lm_human_preference_details.online.labellers import GoldLabeller
 
     task = gold_task(task_name)
     shapes = (task.task.query_length, task.task.response_length)

@@ -28,11 +28,11 @@ from lm_human_preference_details.cli.parsing import parse_args
 from lm_human_preference_details.evaluation import judges, results
 from lm_human_preference_details.evaluation.items import ZERO_SHOT, blind_items, model_of, responses_of
 from lm_human_preference_details.evaluation.rouge import format_table, rouge_table
-from lm_human_preference_details.labelling.labellers import program_name
 from lm_human_preference_details.labelling.server import LabelServer
 from lm_human_preference_details.labelling.session import LabelSession
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 from lm_human_preference_details.language.trained_models import check_policy_path, resolve_policy
+from lm_human_preference_details.online.labellers import program_name
 from lm_human_preference_details.ranks.devices import pick_device
 from lm_human_preference_details.ranks.emulated import check_seed
 from lm_human_preference_details.run.directory import RunDirectory, check_run_dir, read_marker

@@ -18,7 +18,7 @@ from typing import Literal
 
 from tyro.conf import Positional
 
-from lm_human_preference_details.labels import OAI_PAD, read_records, record_tokens
+from lm_human_preference_details.label_format import OAI_PAD, read_records, record_tokens
 from lm_human_preference_details.language.interop import openrlhf_config
 from lm_human_preference_details.language.model import load_model_dir, write_model_files
 from lm_human_preference_details.language.tokenizer import encode_plain, gpt2_tokenizer

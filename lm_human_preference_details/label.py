@@ -26,10 +26,10 @@ import torch
 import tyro
 
 from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.journal import N_SAMPLES, TRAIN_ON
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import LabelSession, check_output_path
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
 from lm_human_preference_details.language.trained_models import check_policy_path, load_policy, resolve_policy
 from lm_human_preference_details.ppo import truncate_responses
@@ -125,7 +125,7 @@ def build_args(task_name: str) -> Args:
 
 def to_oai(tokens: list[int], pad_id: int) -> list[int]:
     """Our pad -> OpenAI's 50259, as their label files hold it."""
-    # A2 OAI pad remap: the file is read back with 50259 mapped to our pad (labels.py), so it never reaches a model
+    # A2 OAI pad remap: the file is read back with 50259 mapped to our pad (label_format.py), so it never reaches a model
     return [OAI_PAD if t == pad_id else t for t in tokens]
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> Path:
         if session is None:
             items = sample_items(args, pick_device(args.device))
             session = LabelSession.create(output, args.session_flags(), items)
-        server.session = session
+        server.show(session)
         print(f"{session.progress_line()}; each choice is saved to {output} as it is made")
         print(f"labelling page: {server.url()} ({who_can_reach(args.host)}); Ctrl-C stops it", flush=True)
         try:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.errors import assert_one_error_line
 from helpers.evaluation import evaluate_command, happy_policy
 from helpers.labelling import label_env, tiny_offline_cache
 from helpers.processes import as_a_new_process, refused_in_process
@@ -80,7 +81,7 @@ def test_gold_prefers_the_better_policy_and_every_file_says_so(cache, happy, tmp
     assert again == found
     other = refused_in_process("lm_human_preference_details.evaluate", [*argv, "--seed", "2"], tmp_path,
                                {"LMHP_CACHE": cache})
-    assert other.returncode == 2 and other.stderr.startswith("error: ") and "seed=1" in other.stderr, other.stderr
+    assert_one_error_line(other, "seed=1")
 
 
 def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cache, happy, tmp_path):
@@ -125,9 +126,7 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, extra, message):
     argv = ["--task", "offline", "--labeller", "gold", *extra, "--output-dir", tmp_path / "out"]
     result = refused_in_process("lm_human_preference_details.evaluate", argv, tmp_path, {"LMHP_CACHE": cache})
-    assert result.returncode == 2 and result.stderr.splitlines() == [result.stderr.strip()], result.stderr
-    assert result.stderr.startswith("error: ") and message in result.stderr
-    assert not (tmp_path / "out").exists()
+    assert_one_error_line(result, message, out=tmp_path / "out")
 
 
 def test_more_queries_than_the_held_out_stream_holds_is_one_line_and_leaves_nothing(cache, happy, tmp_path):

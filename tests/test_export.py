@@ -64,7 +64,7 @@ def test_a_gzipped_label_file_exports_as_the_plain_one_and_the_packages_own_read
     import datasets
 
     from lm_human_preference_details import export
-    from lm_human_preference_details.labels import read_records
+    from lm_human_preference_details.label_format import read_records
     from lm_human_preference_details.offline.assets import SHIPPED
 
     (tmp_path / "labels.json").write_text(json.dumps(LABELS))

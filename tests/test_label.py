@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.labelling import (
     FLAGS,
     RESPONSE_LENGTH,
@@ -29,9 +30,9 @@ from helpers.processes import refused_in_process
 
 from lm_human_preference_details import label
 from lm_human_preference_details.cli.parsing import parse_args
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.journal import journal_path
 from lm_human_preference_details.labelling.session import LabelSession
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.utils import files
 from lm_human_preference_details.utils.checks import check_output_dir
 from lm_human_preference_details.utils.errors import UserError
@@ -139,7 +140,7 @@ def test_two_tabs_never_label_one_item_twice(tmp_path):
     out = tmp_path / "labels.json"
     session = LabelSession.create(out, FLAGS, fake_items(30))
     server = label.LabelServer("127.0.0.1", 0)
-    server.session = session
+    server.show(session)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     url = server.url()
@@ -287,9 +288,7 @@ def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path):
         results = [refused_in_process("lm_human_preference_details.label", label_command(tmp_path / "new.json",
                                       *extra)[3:], tmp_path, {"LMHP_CACHE": cache}) for extra, _ in cases]
         for (_, message), result in zip(cases, results):
-            assert result.returncode == 2, result.stderr
-            assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
-            assert message in result.stderr
+            assert_one_error_line(result, message)
             assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json"]
     finally:
         taken.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 
 from lm_human_preference_details import sample
 from lm_human_preference_details.language import trained_models
@@ -137,9 +138,7 @@ def test_bad_input_is_one_line(assets, saved, tmp_path):
                              str(tmp_path / "missing"), "--task.query-dataset", str(assets / "queries.txt"),
                              "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=cwd,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("error: ")
-    assert str(tmp_path / "missing") in result.stderr
+    assert_one_error_line(result, str(tmp_path / "missing"))
     assert not (tmp_path / "out").exists() and not any(cwd.iterdir())
 
 
@@ -166,9 +165,8 @@ def test_a_samples_file_that_appears_while_sampling_is_kept(assets, saved, tmp_p
             "--policy", str(saved["same"]), "--num-queries", "2"]
     with pytest.raises(SystemExit) as e:
         run_main(lambda: sample.main(argv))
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "Traceback" not in err and err.count("\n") == 1, err
-    assert err.startswith(f"error: {out / 'samples.jsonl'} appeared while sampling, and this run did not write it")
+    line = assert_one_error_line(subprocess.CompletedProcess(argv, e.value.code, "", capsys.readouterr().err))
+    assert line.startswith(f"error: {out / 'samples.jsonl'} appeared while sampling, and this run did not write it")
     assert os.listdir(out) == ["samples.jsonl"]  # our marker went: no later --overwrite takes the file for ours
     assert (out / "samples.jsonl").is_symlink() == (appears == "link") and mine.read_text() == "my samples\n"
     assert (out / "samples.jsonl").read_text() == "my samples\n"

@@ -1,5 +1,7 @@
 """The command line -> a script's Args: `--task NAME` picks a preset (tasks.py), tyro parses the flags over it, and a
-parse error becomes one UserError line naming the flag instead of tyro's box."""
+parse error becomes one UserError line naming the flag instead of tyro's box; `run_script`, both scripts' main(), parses,
+checks, trains and leaves torchrun's process group. The process's one line and exit status on a failure are
+errors.run_main's, which wraps it."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import io
 import os
 import re
 import sys
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import tyro
 
+from lm_human_preference_details.ranks.emulated import shutdown_distributed
 from lm_human_preference_details.tasks import TASK_NAMES, get_task
-from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.errors import JobFailed, Stopped, UserError
 
 T = TypeVar("T")
 
@@ -122,3 +125,15 @@ def name_unknown(token: str, argv: list[str], unknown: list[str]) -> str:
         if a == token and i > 0 and argv[i - 1].startswith("--") and argv[i - 1] not in unknown and token[0] != "-":
             return f"{token} (after {argv[i - 1]}, which takes no value)"
     return token
+
+
+def run_script(build_args: Callable[[str], Any], train: Callable[[Any], T], doc: str, argv: list[str] | None) -> T:
+    """Both scripts' main(): parse --task and the flags (the first line of ``doc`` is the help's title), check them all,
+    train, and leave torchrun's process group at the end of a run that succeeded or whose failure all processes agreed."""
+    try:
+        result = train(parse_args(build_args, doc.split("\n")[0], argv).finalize())
+    except (JobFailed, Stopped):  # agreed by every process: none waits in a collective any more
+        shutdown_distributed()
+        raise
+    shutdown_distributed()  # not after another failure: a peer may still wait in a collective (docs/ranks.md)
+    return result

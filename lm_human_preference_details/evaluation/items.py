@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.language.tokenizer import decode, encode_plain, load_tokenizer
 from lm_human_preference_details.language.trained_models import load_policy, resolve_policy
 from lm_human_preference_details.ppo import truncate_responses

@@ -14,10 +14,10 @@ from typing import Callable, Optional
 
 import torch
 
-from lm_human_preference_details.labelling.labellers import CommandLabeller
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.server import LabelServer, who_can_reach
 from lm_human_preference_details.labelling.session import LabelSession
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.online.labellers import CommandLabeller
 from lm_human_preference_details.utils.errors import Interrupted
 from lm_human_preference_details.utils.progress import progress
 
@@ -76,7 +76,7 @@ def label_by_program(session: LabelSession, labellers: list[str], answer: Callab
 def label_on_page(session: LabelSession, server: LabelServer, host: str) -> bool:
     """Serve the labelling page (``server``, bound on ``host``) until every item has its labels (-> True) or a Ctrl-C /
     SIGTERM (-> False)."""
-    server.session = session
+    server.show(session)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
     print(f"{session.progress_line()}; labelling page: {server.url()} ({who_can_reach(host)}); Ctrl-C stops it, and "

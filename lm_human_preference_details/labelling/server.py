@@ -1,6 +1,6 @@
 """The labelling page's server (docs/labelling.md): the page, its calls (JSON in and out) and the checks that keep them
-to this server's own page (Host, Origin, a custom header). It serves a session: label_session.LabelSession (the label
-tool's fixed items, label.py) or labellers.OnlineSession (an online run's requests, labellers.PageLabeller).
+to this server's own page (Host, Origin, a custom header). It serves a session: session.LabelSession (the label tool's
+fixed items, label.py) or online/page.OnlineSession (an online run's requests, online/page.PageLabeller).
 """
 
 from __future__ import annotations
@@ -172,7 +172,12 @@ class LabelServer(http.server.ThreadingHTTPServer):
                             "address of this machine (127.0.0.1: this machine only)") from None
         self.names = {"localhost", host.lower(), socket.gethostname().lower()}
         self.page = PAGE.read_bytes()
-        self.session = None  # what the page labels: set before the server serves
+        self.session = None  # what the page labels: `show` sets it before the server serves
+
+    def show(self, session) -> None:
+        """Serve ``session`` (its items, answers and state): bound first so that a port in use ends a command before
+        anything is sampled or written, the server is given what it shows once that exists."""
+        self.session = session
 
     def serves(self, host_header: Optional[str]) -> bool:
         """Whether a request's Host names this server: an IP address (never what a rebinding page has: a name),

@@ -136,7 +136,7 @@ class StaleChoice(Exception):
 
 class PageItems:
     """What the page asks of a session that shows items to tabs (this module's LabelSession, the online run's
-    labellers.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
+    online/page.OnlineSession): one lock, the tabs' leases, and which item each tab is shown. A subclass says which items
     are open to a labeller (``_is_open``), how many labels an item still wants (``_still_wanted``) and what the page is
     told (``_state``, called inside the lock). A tab's lease keeps its item from the other tabs only as many times as
     the item still wants labels, and never from a tab of another labeller more than that."""

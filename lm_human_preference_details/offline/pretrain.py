@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.language.lm_head import response_logprobs
 from lm_human_preference_details.language.tokenizer import N_VOCAB
 from lm_human_preference_details.offline.corpus import (

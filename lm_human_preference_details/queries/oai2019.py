@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 import ftfy
 
-from lm_human_preference_details.labels import OAI_PAD, local_label_file, read_records, record_tokens
+from lm_human_preference_details.label_format import OAI_PAD, local_label_file, read_records, record_tokens
 from lm_human_preference_details.queries.batches import Article
 from lm_human_preference_details.queries.hub import BOOKCORPUS, export_files
 from lm_human_preference_details.queries.source import Request

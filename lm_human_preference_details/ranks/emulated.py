@@ -39,11 +39,11 @@ import torch.distributed as dist
 if dist.is_available():
     import torch.distributed.nn  # noqa: F401
 
-from lm_human_preference_details.ranks.agreement import AgreeOnFailures
 from lm_human_preference_details.ranks.devices import pick_device
+from lm_human_preference_details.ranks.failures import AgreeOnFailures
 from lm_human_preference_details.ranks.gradients import backward
-from lm_human_preference_details.run.checkpoint import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.utils.errors import UserError
+from lm_human_preference_details.utils.random_state import pack_numpy_state, unpack_numpy_state
 from lm_human_preference_details.utils.torchrun import torchrun_world
 
 SEED_STRIDE = 100003  # OAI lm_human_preferences/utils/core.py: set_mpi_seed, seed + rank * 100003

@@ -1,4 +1,4 @@
-"""What a training checkpoint holds, and how it is written and read back.
+"""What a training checkpoint holds, and how it is written and read back; the non-finite guard that keeps a NaN out.
 
 A checkpoint is one file, ``RUN/checkpoints/update_NNNNNNNN/state.pt``, written atomically after update N: the
 state_dict of every object the next update depends on (policy and value head, optimizer, KL controller, query
@@ -10,58 +10,24 @@ loads it into freshly built objects, so a resumed CPU run logs exactly the metri
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-import numpy as np
 import torch
+from torch import nn
 
 from lm_human_preference_details.run.checksums import unverified, verify_checksums, write_checksums
 from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import UserError, disk_full
 from lm_human_preference_details.utils.outputs import atomic_dir
 from lm_human_preference_details.utils.progress import passed
+from lm_human_preference_details.utils.random_state import rng_state, set_rng_state
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 RESUMABLE = ("update", "objects", "rng", "config", "tracker", "elapsed")  # what RunSaves.save writes, resume_checkpoint reads
-
-
-# ----------------------------------------------------------------------------------------------- random generators
-def pack_numpy_state(state: tuple) -> dict[str, Any]:
-    """A numpy RandomState's state in types `torch.load(weights_only=True)` reads back (its key as a tensor)."""
-    kind, keys, pos, has_gauss, gauss = state
-    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-            "gauss": float(gauss)}
-
-
-def unpack_numpy_state(n: Mapping[str, Any]) -> tuple:
-    """The inverse of `pack_numpy_state`, for `RandomState.set_state`."""
-    return n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]
-
-
-def rng_state() -> dict[str, Any]:
-    """The global torch (CPU and every CUDA device), numpy and Python random generators' states."""
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": pack_numpy_state(np.random.get_state()),
-        "python": random.getstate(),
-    }
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what `rng_state` returned, on the hardware there is now: the CUDA states of the devices visible here
-    (GPU i takes the saved GPU i's; a checkpoint saved with more GPUs visible, or on a CPU, is fine)."""
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        for i, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(cuda_state, i)
-    np.random.set_state(unpack_numpy_state(state["numpy"]))
-    random.setstate(state["python"])
 
 
 # ----------------------------------------------------------------------------------------------- state of objects
@@ -175,3 +141,24 @@ def training_state(update: int, objects: Mapping[str, Any], **extra: Any) -> dic
     """What `save_checkpoint` writes: every object's state, the random generators, and ``extra`` values."""
     return {"update": update, "objects": {name: state_of(obj) for name, obj in objects.items()}, "rng": rng_state(),
             **extra}
+
+
+# ----------------------------------------------------------------------------------------------- the non-finite guard
+def _finite_flags(values: Iterable[Any]) -> list[bool]:
+    """One bool per value: a tensor, a number, a list of numbers, or a module's parameters."""
+    flags = []
+    for v in values:
+        if isinstance(v, nn.Module):
+            params = [p.detach() for p in v.parameters()]
+            flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else torch.tensor(True))
+        else:
+            flags.append(torch.isfinite(torch.as_tensor(v, dtype=torch.float64) if not torch.is_tensor(v) else v).all())
+    return [bool(f) for f in flags]
+
+
+def check_finite(where: str, **values: Any) -> None:
+    """Raise a one-line UserError naming the first non-finite quantity (in argument order) and ``where``."""
+    for name, ok in zip(values, _finite_flags(values.values())):
+        if not ok:
+            raise UserError(f"non-finite {name} at {where}: the run stops here and saves nothing from it (earlier "
+                            "checkpoints are kept); lower the learning rate or check the reward model and temperature")

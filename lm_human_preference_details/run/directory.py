@@ -22,7 +22,14 @@ from filelock import FileLock
 from lm_human_preference_details.run.checkpoint import CHECKPOINTS, list_checkpoints
 from lm_human_preference_details.run.checksums import CHECKSUMS
 from lm_human_preference_details.utils.errors import UserError
-from lm_human_preference_details.utils.files import atomic_path, hold_lock, lock_holder, remove_leftovers, sha256_of
+from lm_human_preference_details.utils.files import (
+    SHARED_DIR_WAIT_S,
+    atomic_path,
+    hold_lock,
+    lock_holder,
+    remove_leftovers,
+    sha256_of,
+)
 from lm_human_preference_details.utils.outputs import RUN_MARKER, check_output_dir
 
 # what runs write at the top of their directory (tracking.py, checkpoint.py, model.py, the offline task's report):
@@ -61,9 +68,6 @@ RUN_KINDS = {kind.name: kind for kind in (
 )}
 
 MARKER, LOCK = RUN_MARKER, ".lmhp-run.lock"
-# how long a process whose view of the run directory differs from process 0's looks again before the job ends: a file
-# system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
-SHARED_DIR_WAIT_S = 30.0
 
 
 def read_marker(run_dir: Path) -> Optional[dict]:

@@ -2,7 +2,8 @@
 
     errors.py     UserError and the other ways a process ends; run_main's one line and exit status
     torchrun.py   torchrun's environment, read here only (WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE)
-    files.py      the cache directory, its build locks, atomic writes
+    files.py      the cache directory, its build locks, atomic writes; how long a look at a shared directory waits
+    random_state.py  the global random generators' state, taken and restored (a checkpoint's, an emulated rank's)
     outputs.py    the one gate of every output a command writes: new, empty, or ours with --overwrite
     downloads.py  a URL fetched once into the cache, atomically, sha256-checked and retried
     checks.py     a flag's value checks, each a one-line UserError, and the paths a flag names

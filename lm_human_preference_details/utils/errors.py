@@ -45,7 +45,7 @@ class UserError(Exception):
 
 
 class JobFailed(Exception):
-    """A torchrun job's failure, agreed by every process (`ranks.agreement`): its one line is already printed by
+    """A torchrun job's failure, agreed by every process (`ranks.failures`): its one line is already printed by
     process 0; every process ends with ``exit_code``, the status of the first process that failed."""
 
     def __init__(self, line: str, exit_code: int):
@@ -99,7 +99,7 @@ def run_main(main: Callable[[], object]) -> None:
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGUSR1)}
     try:
         main()
-    except JobFailed as e:  # printed by process 0 when the processes agreed (ranks.agreement)
+    except JobFailed as e:  # printed by process 0 when the processes agreed (ranks.failures)
         leave_quietly(e.exit_code)
     except Stopped as e:  # every process raised it after the same update: no one waits for process 0
         if torchrun_rank() == "0":

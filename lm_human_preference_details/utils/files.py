@@ -32,6 +32,9 @@ CACHE_DIR = Path(os.environ.get("LMHP_CACHE") or Path.home() / ".cache" / "lm_hu
 TMP, OLD = ".lmhp-tmp", ".lmhp-old"  # the prefixes of a write under way and of the target it replaces
 BUILDING = ".lmhp-building"  # the prefix of a cache entry's lock file, beside the entry
 HOST = socket.gethostname().replace("~", "-")
+# how long a process whose view of a directory all nodes share differs from process 0's looks again before the job
+# ends: a file system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
+SHARED_DIR_WAIT_S = 30.0
 def _owner_gone(name: str) -> bool:
     """Whether the process that made our temporary ``name`` (``PREFIX~HOST~PID~...``) has ended."""
     parts = name.split("~")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.errors import assert_one_error_line
 
 from benchmarks import compare
 
@@ -154,8 +155,8 @@ def test_shipped_approx_table(tmp_path, capsys):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--task", "tldr",
                              "--ours", str(tmp_path / "runs" / "policy_{task}_seed*"), "--out", str(tmp_path / "out.md")],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("error: the baseline has no band for tldr ppo/objective/score")
+    line = assert_one_error_line(result, alone=False)
+    assert line.startswith("error: the baseline has no band for tldr ppo/objective/score")
     assert table_rows((tmp_path / "out.md").read_text())[SCORE] == ["0.6 ± n/a", "0.7509 ± n/a", "[n/a, n/a]", "n/a",
                                                                    "1 / 31250", "no band"]
 
@@ -249,8 +250,7 @@ def test_bad_input_is_one_line_status_2(setup, case, message):
         argv += ["--out", str(tmp / "compare.png")]
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), *argv], capture_output=True,
                             text=True, timeout=120, cwd=tmp)
-    err = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0]
+    assert_one_error_line(result, message)
 
 
 def drawn_panels(monkeypatch) -> list:
@@ -336,9 +336,7 @@ def refused(capsys, argv) -> str:
 
     with pytest.raises(SystemExit) as e:
         run_main(lambda: compare.main(argv))
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "Traceback" not in err and err.count("\n") == 1 and err.startswith("error: "), err
-    return err.strip()
+    return assert_one_error_line(subprocess.CompletedProcess(argv, e.value.code, "", capsys.readouterr().err))
 
 
 @pytest.mark.parametrize("case", ["my-report", "my-png", "link-to-mine", "link-to-a-report", "old-report"])

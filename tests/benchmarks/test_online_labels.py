@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from benchmarks import online_labels
-from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
+from lm_human_preference_details.label_format import OAI_PAD, load_best_of_n_labels
 
 
 def test_the_table_counts_the_answers_and_labels_and_the_file_is_a_label_file(tmp_path, capsys):

@@ -1,5 +1,10 @@
 """benchmarks/speed_variants.py end to end on a CPU at a tiny size: the table, the floors, the profile it prints on a GPU."""
 
+import subprocess
+
+import pytest
+from helpers.errors import assert_one_error_line
+
 from benchmarks import speed_variants
 from lm_human_preference_details.language import gpt2, lm_head, step_graph
 
@@ -36,12 +41,10 @@ def test_out_is_a_new_file_or_a_report_of_ours_and_nothing_else_is_touched(tmp_p
     mine = tmp_path / "notes.md"
     mine.write_text("my notes\n")
     for out, why in ((mine, "exists and no run of speed_variants.py wrote it"), (tmp_path, "names a directory")):
-        try:
+        with pytest.raises(SystemExit) as e:
             speed_variants.main(["--device", "cpu", "--sizes", "--large", "none", "--out", str(out)])
-        except SystemExit as e:
-            assert e.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: --out ") and why in err and err.count("\n") == 1
+        line = assert_one_error_line(subprocess.CompletedProcess([], e.value.code, "", capsys.readouterr().err), why)
+        assert line.startswith("error: --out ")
     assert mine.read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
     ours = tmp_path / "report.md"
     ours.write_text("# speed_variants.py on CPU, an earlier run\n")

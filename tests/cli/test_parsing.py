@@ -1,4 +1,5 @@
-"""cli/parsing.py: `--task NAME` picks a preset, tyro parses the flags over it, and a parse error is one line."""
+"""cli/parsing.py: `--task NAME` picks a preset, tyro parses the flags over it, and a parse error is one line; both
+scripts' main(): the help, and leaving torchrun's process group only when no peer may still wait."""
 
 from __future__ import annotations
 
@@ -135,3 +136,44 @@ def test_help_names_the_program_as_started_never_by_an_absolute_path(monkeypatch
     monkeypatch.setattr("sys.argv", ["/usr/local/bin/lmhp-label"])
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)  # a console script's __main__ is its launcher
     assert program_name() == "lmhp-label"  # pyproject.toml's console script
+
+
+# ------------------------------------------------------------------------------------ run_script, both scripts' main()
+def test_help_is_tyros(capsys):
+    import train_policy
+
+    with pytest.raises(SystemExit) as e:
+        train_policy.main(["--help"])
+    out = capsys.readouterr()
+    assert e.value.code == 0 and out.out.startswith("usage: ") and "--ppo.lr FLOAT" in out.out and not out.err
+    title = train_policy.__doc__.split("\n")[0]  # the help's title: the docstring's first line (parsing.run_script)
+    assert " ".join(title.split()) in " ".join(out.out.split())
+
+
+@pytest.mark.parametrize("ending, leaves", [(None, True), ("JobFailed", True), ("Stopped", True), ("UserError", False),
+                                            ("RuntimeError", False)])
+def test_the_process_group_is_left_only_when_no_peer_may_still_wait(monkeypatch, ending, leaves):
+    """After a run that succeeded, or a failure or stop every process agreed on, the process leaves torchrun's group;
+    after any other failure a peer may still wait in a collective, so it does not (docs/ranks.md)."""
+    import signal
+
+    import train_reward
+    from lm_human_preference_details.cli import parsing
+    from lm_human_preference_details.utils import errors
+
+    raised = {"JobFailed": errors.JobFailed("error: x", 2), "Stopped": errors.Stopped("stopped", signal.SIGTERM),
+              "UserError": errors.UserError("x"), "RuntimeError": RuntimeError("a bug")}
+    left = []
+    monkeypatch.setattr(parsing, "shutdown_distributed", lambda: left.append(True))
+
+    def train(args):
+        if ending:
+            raise raised[ending]
+        return "trained"
+
+    if ending is None:
+        assert parsing.run_script(train_reward.build_args, train, "title", ["--task", "offline"]) == "trained"
+    else:
+        with pytest.raises(type(raised[ending])):
+            parsing.run_script(train_reward.build_args, train, "title", ["--task", "offline"])
+    assert left == ([True] if leaves else [])

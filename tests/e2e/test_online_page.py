@@ -90,7 +90,7 @@ def waits(run: Run, n: int) -> tuple[int, int, str]:
     return int(match.group(2)), int(match.group(3)), match.group(4)
 
 
-def journal_choices(run_dir: Path, tokenizer) -> Counter:
+def labelled_choices(run_dir: Path, tokenizer) -> Counter:
     """labels.json as (query text, four sample texts, best): what the page showed and what was chosen."""
     records = json.loads((run_dir / "online" / "labels.json").read_text())
     pad = lambda tokens: [tokenizer.pad_token_id if t == 50259 else t for t in tokens]  # noqa: E731  OpenAI's pad
@@ -176,7 +176,7 @@ def test_a_small_online_run_labelled_in_the_browser_survives_a_kill_past_its_che
     assert resumed.process.returncode == 0, output[-3000:]
     assert output.count("PPO waits") == 1
     tokenizer = load_tokenizer(str(assets / "tiny-gpt2"))
-    assert journal_choices(run_dir, tokenizer) == Counter(given + late + left)  # exactly the labels given, with tokens
+    assert labelled_choices(run_dir, tokenizer) == Counter(given + late + left)  # exactly the labels given, with tokens
     records = json.loads((run_dir / "online" / "labels.json").read_text())
     assert Counter(r["labeller"] for r in records) == {"ann": 12, "bob": 2}  # who gave each label
     with pytest.raises(OSError):  # the run has ended: so has its page

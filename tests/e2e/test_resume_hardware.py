@@ -9,24 +9,11 @@ import torch
 from helpers.processes import beside_its_pair, exact_policy
 
 from lm_human_preference_details.ranks.emulated import set_generator_state
-from lm_human_preference_details.run import checkpoint
 from lm_human_preference_details.run.identity import check_same_run
 from lm_human_preference_details.utils.errors import UserError
 
 
 # ------------------------------------------------------------------------------ generator states
-def test_a_checkpoint_naming_more_gpus_than_visible_restores_the_visible_ones(monkeypatch):
-    """Saved on 8 GPUs (here 3 crafted states), resumed where one is visible (Docker --gpus '"device=3"')."""
-    saved = {**checkpoint.rng_state(), "cuda": [torch.full((16,), i, dtype=torch.uint8) for i in range(3)]}
-    restored = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((device, state[0].item())))
-    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.extend(enumerate(states)))
-    checkpoint.set_rng_state(saved)
-    assert restored == [(0, 0)]  # GPU 0 takes the saved GPU 0's state; the others are not there
-
-
 def test_a_generator_state_of_another_device_kind_is_re_derived():
     """A CUDA generator's state (Philox: 16 bytes) restored into a CPU generator (5056 bytes), as a run saved on a GPU
     and resumed on the CPU: seeded from the saved bytes, the same every time, different for different states."""

@@ -319,7 +319,7 @@ def test_what_the_runs_saved_works_with_plain_transformers_openrlhf_and_datasets
     from transformers import AutoModelForSequenceClassification, pipeline
 
     from lm_human_preference_details import export
-    from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.label_format import OAI_PAD
     from lm_human_preference_details.language.model import load_model_dir
 
     out, _ = policy_run
@@ -412,7 +412,7 @@ def test_combined_run_with_label_file_queries_and_an_unchanged_reference(assets,
     import ast
 
     import train_policy
-    from lm_human_preference_details.labels import OAI_PAD
+    from lm_human_preference_details.label_format import OAI_PAD
     from lm_human_preference_details.language.cards import saved_path
     from lm_human_preference_details.language.model import load_lm, load_model_dir
     from lm_human_preference_details.language.tokenizer import load_tokenizer

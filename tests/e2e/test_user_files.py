@@ -18,7 +18,7 @@ from helpers.errors import assert_one_error_line
 from helpers.processes import in_process, refused_in_process
 from helpers.runs import fake_train, run_args
 
-from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
+from lm_human_preference_details.label_format import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.ranks.emulated import Ranks
 from lm_human_preference_details.run import checkpoint as ckpt
 from lm_human_preference_details.run import checksums

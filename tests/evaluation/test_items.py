@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lm_human_preference_details.evaluation.items import ZERO_SHOT, blind_items, model_of
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.tasks import TaskHParams
 
 TASK = TaskHParams(query_prefix="Q: ", query_suffix=" A:")

@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline.corpus import corpus
 from lm_human_preference_details.offline.pretrain import tiny_gpt2

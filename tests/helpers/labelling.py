@@ -13,9 +13,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.server import LabelServer
 from lm_human_preference_details.labelling.session import LabelSession
-from lm_human_preference_details.labels import OAI_PAD
 from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
@@ -66,7 +66,7 @@ def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0")
 def serving(session: LabelSession, port: int = 0):
     """The page's server for ``session`` in a thread -> its URL; stopped and closed after."""
     server = LabelServer("127.0.0.1", port)
-    server.session = session
+    server.show(session)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield server.url()
@@ -92,7 +92,7 @@ def call(url: str, path: str, body: dict | None = None, headers: dict | None = N
 
 def read_labels(path: Path) -> list[dict]:
     """The label file's records, checked as --labels.source reads them (OpenAI's schema, pads 50259)."""
-    from lm_human_preference_details.labels import load_best_of_n_labels
+    from lm_human_preference_details.label_format import load_best_of_n_labels
 
     load_best_of_n_labels(path, n=4, query_length=QUERY_LENGTH, response_length=RESPONSE_LENGTH, pad_id=50257)
     return json.loads(path.read_text())

@@ -45,7 +45,7 @@ def test_a_choice_the_disk_refuses_is_not_kept_and_the_session_goes_on(tmp_path,
     out = tmp_path / "labels.json"
     session = LabelSession.create(out, FLAGS, fake_items(3))
     server = LabelServer("127.0.0.1", 0)
-    server.session = session
+    server.show(session)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     journal = journal_path(out).read_bytes()
     real_write = os.write

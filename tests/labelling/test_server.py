@@ -69,7 +69,7 @@ def test_only_requests_for_this_server_from_its_page_are_answered(tmp_path):
 def test_a_request_from_another_page_is_refused(tmp_path):
     session = LabelSession.create(tmp_path / "labels.json", FLAGS, fake_items(2))
     server = LabelServer("127.0.0.1", 0)
-    server.session = session
+    server.show(session)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         status, _ = call(server.url(), "/api/label", {"client": "x", "labeller": "ann", "item": 0, "best": 0},

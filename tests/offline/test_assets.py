@@ -2,7 +2,7 @@
 
 import torch
 
-from lm_human_preference_details.labels import load_best_of_n_labels
+from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.model import load_lm
 from lm_human_preference_details.offline import assets as offline_assets
 from lm_human_preference_details.offline import corpus as offline_corpus

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels
+from lm_human_preference_details.label_format import OAI_PAD, load_best_of_n_labels
 from lm_human_preference_details.language.model import Policy, load_lm
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import pretrain as offline_pretrain

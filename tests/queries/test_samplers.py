@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers.queries import baseline_rank_texts, make_sampler
 
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.queries import QuerySampler, make_query_sampler, query_source, samplers
 from lm_human_preference_details.queries.streams import seeded_shuffle
 from lm_human_preference_details.tasks import TaskHParams

@@ -1,36 +1,47 @@
-"""run/checkpoint.py: what a checkpoint holds, written and read back; then kill, stop and resume both scripts and compare
-with an uninterrupted run, and a NaN that stops each script's run with nothing saved of it."""
+"""run/checkpoint.py: what a checkpoint holds, written and read back, and the non-finite guard's one line; then kill,
+stop and resume both scripts and compare with an uninterrupted run, and a NaN that stops each script's run with nothing
+saved of it."""
 
 import errno
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.events import drive, events_env
 
 from lm_human_preference_details.run import checkpoint as ckpt
-from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from lm_human_preference_details.run.checkpoint import check_finite, list_checkpoints, load_checkpoint, save_checkpoint
 from lm_human_preference_details.utils.errors import Stopped, UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ pieces
-def test_random_generators_come_back():
-    torch.manual_seed(1), np.random.seed(2), random.seed(3)
-    state = ckpt.rng_state()
-    draws = torch.rand(3), np.random.rand(3), random.random()
-    torch.manual_seed(9), np.random.seed(9), random.seed(9)
-    ckpt.set_rng_state(state)
-    again = torch.rand(3), np.random.rand(3), random.random()
-    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
+def test_check_finite_names_the_first_bad_quantity():
+    layer = torch.nn.Linear(2, 2)
+    check_finite("update 3", scores=torch.ones(4), loss=[0.5, 1.0], gradients=layer)
+    with pytest.raises(UserError, match=r"^non-finite kl at update 3: the run stops here"):
+        check_finite("update 3", scores=torch.ones(4), kl=torch.tensor([1.0, float("nan")]), loss=[float("inf")])
+    with pytest.raises(UserError, match="non-finite loss at"):
+        check_finite("update 3", scores=torch.ones(4), loss=[0.5, float("inf")])
+    with torch.no_grad():
+        layer.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match="non-finite gradients at update 3"):
+        check_finite("update 3", loss=[0.5], gradients=layer)
+
+
+def test_plain_numbers_and_a_module_without_weights_are_checked_too():
+    check_finite("update 0", lr=1e-5, steps=3, activation=torch.nn.ReLU())  # no weights: nothing non-finite
+    with pytest.raises(UserError) as e:
+        check_finite("the end of reward model training", lr=1e-5, gain=float("-inf"))
+    assert str(e.value).startswith("non-finite gain at the end of reward model training: the run stops here and saves "
+                                   "nothing from it (earlier checkpoints are kept)") and "\n" not in str(e.value)
 
 
 def test_objects_round_trip_through_a_checkpoint(tmp_path):
@@ -207,12 +218,6 @@ def assert_same_numbers(got, expected):
     assert len(got) == len(expected)
 
 
-def one_error_line(err):
-    lines = [line for line in err.splitlines() if line.startswith("error")]
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
-
-
 def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, reward_dir, whole, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import AutoModelForCausalLM
@@ -242,7 +247,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     code, seen, _, err = hooked_run(argv, tmp_path / "stopped", term_at=f"update {resumed_at}")
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert seen[0] == f"update {resumed_at}" and resumed_at < UPDATES - 1
-    line = one_error_line(err)
+    line = assert_one_error_line(subprocess.CompletedProcess(argv, code, "", err), status=128 + signal.SIGTERM, alone=False)
     assert f"stopped by SIGTERM after update {resumed_at}" in line and "continue with --resume" in line
     done = resumed_at + 1
     assert list_checkpoints(run)[-1].name == f"update_{done:08d}" and not list(run.rglob(".lmhp-tmp~*"))
@@ -336,7 +341,8 @@ def test_a_nan_stops_reward_training_in_one_line_and_saves_no_model(assets, tiny
     with pytest.raises(SystemExit) as e:
         run_main(lambda: train_reward.main(reward_argv(assets, tiny_labels, run)))
     err = capsys.readouterr().err
-    assert e.value.code == 2 and one_error_line(err).startswith(f"error: {message}")
+    line = assert_one_error_line(subprocess.CompletedProcess([], e.value.code, "", err), alone=False)
+    assert line.startswith(f"error: {message}")
     assert not (run / "reward_model").exists() and not list(run.glob(".lmhp-tmp~*"))  # no model, nothing half-written
     batches = [r["step"] for r in rows(run) if "train_reward/minibatch/loss" in r]
     assert batches == ([0] if where == "loss" else [0, 1])  # the NaN batch is not logged

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.errors import assert_one_error_line
 from helpers.events import drive
 from helpers.processes import refused_in_process
 from helpers.runs import end_of_update, run_args
@@ -124,9 +125,8 @@ def test_resume_with_overwrite_is_one_line_before_any_model_or_process_group(scr
     main = {"train_reward": train_reward.main, "train_policy": train_policy.main}[script]
     with pytest.raises(SystemExit) as exit_:
         run_main(lambda: main(["--task", "offline", "--output-dir", str(out), "--resume", "--overwrite"]))
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err == "error: --resume and --overwrite contradict each other; pass one of them\n", err
+    line = assert_one_error_line(subprocess.CompletedProcess([], exit_.value.code, "", capsys.readouterr().err))
+    assert line == "error: --resume and --overwrite contradict each other; pass one of them"
     assert snapshot(out) == before
 
 
@@ -415,9 +415,7 @@ def script(name, *argv, cwd=ROOT):
 
 
 def refused(proc, match):
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
-    assert proc.returncode != 0 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert match in errors[0], errors[0]
+    assert_one_error_line(proc, match, status=None, alone=False)
 
 
 def fake_run_dir(path: Path, kind: str) -> Path:

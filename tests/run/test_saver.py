@@ -9,8 +9,7 @@ import torch
 
 from lm_human_preference_details.run import checkpoint as ckpt
 from lm_human_preference_details.run import saver as background
-from lm_human_preference_details.run.checkpoint import list_checkpoints, load_checkpoint
-from lm_human_preference_details.run.finite import check_finite
+from lm_human_preference_details.run.checkpoint import check_finite, list_checkpoints, load_checkpoint
 from lm_human_preference_details.utils.errors import UserError
 
 

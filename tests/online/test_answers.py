@@ -1,5 +1,5 @@
-"""Answers to the online collection's requests (online_answers.py) and the waiting loop (online.py): the record is
-append-only and survives a torn line; PPO waits for an asynchronous labeller's labels, saying so once; a resumed
+"""online/answers.py: answers to the online collection's requests, and the waiting loop (online/collection.py): the
+record is append-only and survives a torn line; PPO waits for an asynchronous labeller's labels, saying so once; a resumed
 collection uses the recorded answers again and asks no labeller (the command labeller's program included) twice."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 from helpers.online import FakePolicy, FakeSampler
 
-from lm_human_preference_details.labelling import online as online_module
-from lm_human_preference_details.labelling.answers import UNKNOWN, AnswerRecord, Request
-from lm_human_preference_details.labelling.labellers import CommandLabeller
-from lm_human_preference_details.labelling.online import OnlineCollection
-from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
-from lm_human_preference_details.labelling.schedule import Schedule
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.online import collection as online_module
+from lm_human_preference_details.online.answers import UNKNOWN, AnswerRecord, Request
+from lm_human_preference_details.online.collection import OnlineCollection
+from lm_human_preference_details.online.label_file import OnlineLabelFile
+from lm_human_preference_details.online.labellers import CommandLabeller
+from lm_human_preference_details.online.schedule import Schedule
 from lm_human_preference_details.utils.errors import UserError
 
 
@@ -63,7 +63,7 @@ class SlowLabeller:
         self.given = 0
         self.idle = 0
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.record = record
         self.asked += [r.key for r in requests]
         self.queue += requests
@@ -86,13 +86,12 @@ class SlowLabeller:
         pass
 
 
-def collection(journal: Path, labeller, said: list[str]) -> OnlineCollection:
+def collection(label_file: Path, labeller, said: list[str], stop_received=lambda: None) -> OnlineCollection:
     # l(n) = 8 + 32 * (1 - (1 - n/64)^2): 8, 22, 32, 38 before updates 0-3 of 16 episodes; margin 2
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=0)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
-    online = OnlineCollection(schedule, OnlineLabelFile(journal), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
-                              lambda k, num_train: (f"model {k}", {}))
-    online.say = said.append
+    online = OnlineCollection(schedule, OnlineLabelFile(label_file), labeller, FakeSampler(), task, [], [], 0, 1, (16, 4),
+                              lambda k, num_train: (f"model {k}", {}), say=said.append, stop_received=stop_received)
     return online
 
 
@@ -102,7 +101,7 @@ def test_ppo_waits_for_l_n_labels_from_a_labeller_that_answers_later(tmp_path, m
     online = collection(tmp_path / "labels.json", SlowLabeller(), said)
     online.before_episode(0, FakePolicy(), (None, {}))
     # requests go out a batch of 4 at a time while requests < l(0) + 2 = 10: 12; PPO goes on at 8 labels, not before
-    assert online.stats["online/labels"] == 8 and len(online.journal) == 8
+    assert online.stats["online/labels"] == 8 and len(online.label_file) == 8
     # the labeller answered one request at each of the two looks between the three batches of requests
     assert said[0] == "online: PPO waits before episode 0 for 8 labels (2 so far) from the slow labeller"
     assert sum(line.startswith("online: PPO waits") for line in said) == 1 and said[-1].endswith("PPO goes on")
@@ -131,10 +130,10 @@ def test_a_resumed_collection_answers_from_the_record_and_asks_nothing_twice(tmp
     resumed.load_state_dict(state)
     resumed.before_episode(1, FakePolicy(), (None, {}))
     assert not set(second.asked) & set(first.asked[: first.given])  # nothing answered before is asked again
-    journal = json.loads((tmp_path / "labels.json").read_text())
+    label_file = json.loads((tmp_path / "labels.json").read_text())
     key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
-    assert {key(r) for r in given} <= {key(r) for r in journal}  # every label given is still there
-    assert len(journal) >= 22  # l(16) = 22; answers from the record come in all at once
+    assert {key(r) for r in given} <= {key(r) for r in label_file}  # every label given is still there
+    assert len(label_file) >= 22  # l(16) = 22; answers from the record come in all at once
 
 
 def test_the_command_labeller_is_not_asked_again_after_a_resume(tmp_path):
@@ -165,7 +164,7 @@ for line in sys.stdin:
     assert (tmp_path / "labels.json").read_bytes() == given
 
 
-def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_its_journal(tmp_path):
+def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_its_label_file(tmp_path):
     first = SlowLabeller()
     online = collection(tmp_path / "labels.json", first, [])
     online.before_episode(0, FakePolicy(), (None, {}))
@@ -175,16 +174,16 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_without_doubling_
     second = SlowLabeller()
     again = collection(tmp_path / "labels.json", second, [])
     again.before_episode(0, FakePolicy(), (None, {}))
-    journal = json.loads((tmp_path / "labels.json").read_text())
-    assert journal[: len(given)] == given  # the same labels once, from the record, then those given now
-    assert len(journal) == len(given) + second.given - second.given // 3
+    label_file = json.loads((tmp_path / "labels.json").read_text())
+    assert label_file[: len(given)] == given  # the same labels once, from the record, then those given now
+    assert len(label_file) == len(given) + second.given - second.given // 3
     assert not set(second.asked) & set(first.asked[: first.given])
 
 
 class NoAnswers(SlowLabeller):
     """Nobody labels: requests are taken, never answered."""
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.asked += [r.key for r in requests]
 
 
@@ -194,30 +193,12 @@ def test_a_stop_signal_ends_a_wait_for_labels_at_once(tmp_path):
     from lm_human_preference_details.utils.errors import Stopped
 
     said: list[str] = []
-    online = collection(tmp_path / "labels.json", NoAnswers(), said)
     looks = []
-    online.stop_received = lambda: (looks.append(1) or signal.SIGTERM) if said else None  # from the wait's first line
+    online = collection(tmp_path / "labels.json", NoAnswers(), said,  # a stop from the wait's first line on
+                        stop_received=lambda: (looks.append(1) or signal.SIGTERM) if said else None)
     with pytest.raises(Stopped, match="stopped by SIGTERM while PPO waited for labels before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and len(looks) == 1  # at the first look after the signal
-
-
-def test_two_tabs_are_shown_different_requests_and_none_is_answered_twice(tmp_path):
-    from lm_human_preference_details.labelling.labellers import OnlineSession
-
-    task = SimpleNamespace(query_prefix="", query_suffix="")
-    session = OnlineSession(gpt2_tokenizer(), task, tmp_path / "answers.jsonl")
-    log = AnswerRecord(tmp_path / "answers.jsonl")
-    session.add([request(0, 0), request(0, 1)], log.record)
-    a, b = session.state("tab a")["item"]["index"], session.state("tab b")["item"]["index"]
-    assert {a, b} == {0, 1}  # each tab its own request
-    assert session.label("tab a", a, 3, "ann")[0] and not session.label("tab b", a, 1, "bob")[0]  # the second is refused
-    assert session.skip("tab b", b, "bob")[0] and session.state("tab a", "ann")["item"] is None
-    assert not session.undo("tab a", "ann")[0]  # final: the run may have trained on it
-    assert session.take(0) == [(request(0, a), 3, "ann"), (request(0, b), None, "bob")]  # each with who gave it
-    assert log.get(request(0, a)) == 3 and log.get(request(0, b)) is None  # recorded before they were acknowledged
-    assert [json.loads(line)["labeller"] for line in (tmp_path / "answers.jsonl").read_text().splitlines()] == ["ann", "bob"]
-    assert AnswerRecord(tmp_path / "answers.jsonl").labeller(request(0, a)) == "ann"  # read back
 
 
 def test_a_resumed_run_may_serve_its_page_elsewhere_or_ask_a_fixed_program_but_not_another_labeller():
@@ -230,39 +211,6 @@ def test_a_resumed_run_may_serve_its_page_elsewhere_or_ask_a_fixed_program_but_n
         "online.command 'judge' -> 'judge --fixed'", "online.timeout 5.0 -> 60.0"]  # the program fixed, as its line says
     with pytest.raises(UserError, match="cannot resume"):
         check_same_run(saved, {"online": {**saved["online"], "labeller": "command", "command": "judge"}})
-
-
-def test_a_page_shown_before_a_resume_is_refused_where_its_index_now_names_another_request(tmp_path):
-    """Through the page's HTTP calls: tab b shows request 0/1 at index 1; tab a answers 0/0; the run is killed and
-    resumed, and the resumed page lists only the open requests, 0/1 at index 0 and 0/2 at index 1. Tab b's click on
-    index 1 names 0/1: refused (409, the page reloads), nothing recorded; reloaded, its click lands on 0/1."""
-    from helpers.labelling import call
-
-    from lm_human_preference_details.labelling.labellers import PageLabeller
-
-    task, tokenizer, path = SimpleNamespace(query_prefix="", query_suffix=""), gpt2_tokenizer(), tmp_path / "answers.jsonl"
-    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
-    log, before = AnswerRecord(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
-    before.submit(made, log.record)
-    url = before.server.url()
-    a = call(url, "/api/state?client=a")[1]["item"]
-    b = call(url, "/api/state?client=b")[1]["item"]
-    assert (a["index"], b["index"]) == (0, 1)
-    assert call(url, "/api/label", {"client": "a", "labeller": "ann", "item": 0, "request": a["request"], "best": 3})[0] == 200
-    before.close(), log.close()  # killed, then resumed: the open requests submitted again, in order
-
-    log, after = AnswerRecord(path), PageLabeller("127.0.0.1", 0, tokenizer, task, path)
-    after.submit(made[1:], log.record)
-    url = after.server.url()
-    for stale in ({"item": 1, "request": b["request"]}, {"item": 5, "request": b["request"]}):  # 0/2 now; past the items
-        status, answer = call(url, "/api/label", {"client": "b", "labeller": "ann", **stale, "best": 2})
-        assert status == 409 and answer["reload"] and not answer["kept"], answer
-    assert log.get(made[1]) is UNKNOWN and log.get(made[2]) is UNKNOWN and after.poll() == []
-    reloaded = call(url, "/api/state?client=b")[1]["item"]
-    assert (reloaded["index"], reloaded["request"]) == (0, b["request"])  # the same request, at its new index
-    assert call(url, "/api/label", {"client": "b", "labeller": "ann", "item": 0, "request": b["request"], "best": 2})[0] == 200
-    assert after.poll() == [(made[1], 2, "ann")] and log.get(made[1]) == 2 and log.get(made[2]) is UNKNOWN
-    after.close(), log.close()
 
 
 def records(path: Path) -> list:
@@ -295,20 +243,20 @@ def as_file(path: Path) -> None:
     path.write_text("mine")
 
 
-# what was done to RUN/online after the checkpoint (8 labels, taken after update 0; 22 journaled since) -> the file the
-# resume's one line names, and what it says
+# what was done to RUN/online after the checkpoint (8 labels, taken after update 0; 22 in the label file since) -> the
+# file the resume's one line names, and what it says
 DAMAGES = {
-    "journal cut to its first 5": (lambda d: (d / "labels.json").write_text(json.dumps(records(d / "labels.json")[:5])),
+    "label file cut to its first 5": (lambda d: (d / "labels.json").write_text(json.dumps(records(d / "labels.json")[:5])),
                                    "labels.json holds 5 records, fewer than the checkpoint's 8"),
-    "journal record 3 removed": (lambda d: (d / "labels.json").write_text(json.dumps(
+    "label file record 3 removed": (lambda d: (d / "labels.json").write_text(json.dumps(
         [r for i, r in enumerate(records(d / "labels.json")) if i != 3])), "labels.json differs from the checkpoint's 8"),
-    "journal deleted": (lambda d: (d / "labels.json").unlink(), "labels.json holds 0 records, fewer than"),
-    "journal emptied to []": (lambda d: (d / "labels.json").write_text("[]"), "labels.json holds 0 records, fewer than"),
-    "journal cut mid-record": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
+    "label file deleted": (lambda d: (d / "labels.json").unlink(), "labels.json holds 0 records, fewer than"),
+    "label file emptied to []": (lambda d: (d / "labels.json").write_text("[]"), "labels.json holds 0 records, fewer than"),
+    "label file cut mid-record": (lambda d: (d / "labels.json").write_bytes((d / "labels.json").read_bytes()[:300]),
                                "records, fewer than the checkpoint's 8"),  # the records before the cut kept
-    "journal garbled": (lambda d: (d / "labels.json").write_bytes(b"[\n{garbled\n]\n"), "labels.json is not JSON"),
-    "journal {}": (lambda d: (d / "labels.json").write_text("{}"), "labels.json is not a list of best-of-4 records"),
-    "journal a directory": (lambda d: as_directory(d / "labels.json"), "labels.json is not a file"),
+    "label file garbled": (lambda d: (d / "labels.json").write_bytes(b"[\n{garbled\n]\n"), "labels.json is not JSON"),
+    "label file {}": (lambda d: (d / "labels.json").write_text("{}"), "labels.json is not a list of best-of-4 records"),
+    "label file a directory": (lambda d: as_directory(d / "labels.json"), "labels.json is not a file"),
     "answers a directory": (lambda d: as_directory(d / "answers.jsonl"), "answers.jsonl is not a file"),
     "online a file": (lambda d: as_file(d), "online is not a directory"),
     "answers cut to 3 lines": (lambda d: (d / "answers.jsonl").write_text("".join(
@@ -334,7 +282,7 @@ def checkpointed(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
-def test_a_journal_or_record_damaged_after_the_checkpoint_is_one_line_on_resume(checkpointed, tmp_path, damage):
+def test_a_label_file_or_record_damaged_after_the_checkpoint_is_one_line_on_resume(checkpointed, tmp_path, damage):
     """Cut, emptied, deleted, edited or replaced by a directory or a file: --resume says which file and how to recover,
     in one line, before the collection asks or trains anything; never a run that differs or waits for labels."""
     import shutil
@@ -351,8 +299,8 @@ def test_a_journal_or_record_damaged_after_the_checkpoint_is_one_line_on_resume(
     assert not labeller.asked
 
 
-def test_a_journal_record_changed_is_found_without_the_checkpoints_hash(checkpointed, tmp_path):
-    """A checkpoint of an older run holds no hash of its journal: each record is still checked against the answers."""
+def test_a_label_file_record_changed_is_found_without_the_checkpoints_hash(checkpointed, tmp_path):
+    """A checkpoint of an older run holds no hash of its label file: each record is still checked against the answers."""
     import shutil
 
     online_dir = tmp_path / "online"
@@ -360,17 +308,17 @@ def test_a_journal_record_changed_is_found_without_the_checkpoints_hash(checkpoi
     changed = records(online_dir / "labels.json")
     changed[2]["best"] = (changed[2]["best"] + 1) % 4
     (online_dir / "labels.json").write_text(json.dumps(changed))
-    state = {k: v for k, v in copy.deepcopy(checkpointed[1]).items() if k != "journal"}
+    state = {k: v for k, v in copy.deepcopy(checkpointed[1]).items() if k != "labels_digest"}
     resumed = collection(online_dir / "labels.json", NoAnswers(), [])
     with pytest.raises(UserError, match="answers.jsonl has no answer for record 2 of labels.json"):
         resumed.load_state_dict(state)
 
 
 def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
-    """The journal lost labels while the run waits for them, and every request is answered: nothing more can come."""
+    """The label file lost labels while the run waits for them, and every request is answered: nothing more can come."""
     online = collection(tmp_path / "labels.json", SlowLabeller(), [])
     online.before_episode(0, FakePolicy(), (None, {}))
-    online.journal.records = []
+    online.label_file.records = []
     with pytest.raises(UserError, match="holds .* labels and no request is open: the 22 PPO waits for cannot come"):
         online.before_episode(1, FakePolicy(), (None, {}))
 
@@ -378,12 +326,10 @@ def test_labels_that_cannot_come_are_one_line_not_a_wait(tmp_path):
 class SkipsAll:
     """A labeller that skips every request at once (a judge that cannot decide): requests go out without end."""
 
-    stop_received = None
-
     def __init__(self):
         self.asked = 0
 
-    def submit(self, requests, record):
+    def submit(self, requests, record, stop=lambda: None):
         self.asked += len(requests)
         assert self.asked < 10_000, "requests went out without end: the stop was not looked at"
         self.given = [(r, None, "judge") for r in requests]
@@ -408,43 +354,9 @@ def test_a_stop_ends_requests_that_go_out_without_end(tmp_path):
 
     from lm_human_preference_details.utils.errors import Stopped
 
-    online = collection(tmp_path / "labels.json", SkipsAll(), [])
-    online.stop_received = lambda: signal.SIGTERM if online.labeller.asked >= 40 else None
+    labeller = SkipsAll()
+    online = collection(tmp_path / "labels.json", labeller, [],
+                        stop_received=lambda: signal.SIGTERM if labeller.asked >= 40 else None)
     with pytest.raises(Stopped, match="stopped by SIGTERM while requests went out before episode 0") as stopped:
         online.before_episode(0, FakePolicy(), (None, {}))
     assert stopped.value.exit_code == 128 + signal.SIGTERM and online.labeller.asked == 40  # at the next batch of 4
-
-
-def test_a_choice_refused_for_a_full_disk_is_never_a_label_after_a_resume(tmp_path, monkeypatch):
-    """Through the page's HTTP calls: two choices refused (507, "not kept") while the disk is full (the line written,
-    its fsync failing, as a full disk does), then a kill and a resume: neither is an answer; the requests are asked
-    again, and a choice made once there is space is kept."""
-    import errno
-
-    from helpers.labelling import call
-
-    from lm_human_preference_details.labelling import answers as online_answers
-    from lm_human_preference_details.labelling.labellers import PageLabeller
-
-    task, path = SimpleNamespace(query_prefix="", query_suffix=""), tmp_path / "answers.jsonl"
-    made = [request(0, 0, token=7), request(0, 1, token=8), request(0, 2, token=9)]
-    log, page = AnswerRecord(path), PageLabeller("127.0.0.1", 0, gpt2_tokenizer(), task, path)
-    page.submit(made, log.record)
-    url = page.server.url()
-
-    def full(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(online_answers.os, "fsync", full)
-    for client in ("a", "b"):
-        item = call(url, f"/api/state?client={client}")[1]["item"]
-        status, answer = call(url, "/api/label", {"client": client, "labeller": "ann", "item": item["index"],
-                                                  "request": item["request"], "best": 1})
-        assert status == 507 and not answer["kept"], answer
-    monkeypatch.undo()
-    item = call(url, "/api/state?client=c")[1]["item"]
-    chosen = {"client": "c", "labeller": "ann", "item": item["index"], "request": item["request"], "best": 2}
-    assert call(url, "/api/label", chosen)[0] == 200
-    page.close(), log.close()  # killed, then resumed
-    resumed = AnswerRecord(path)
-    assert [resumed.get(r) for r in made] == [UNKNOWN, UNKNOWN, 2] and len(path.read_text().splitlines()) == 1

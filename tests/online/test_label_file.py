@@ -1,4 +1,4 @@
-"""labelling/online_labels.py: the online run's label file in OpenAI's schema, and its checks on resume."""
+"""online/label_file.py: the online run's label file in OpenAI's schema, and its checks on resume."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lm_human_preference_details.labelling.answers import AnswerRecord, Request
-from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
+from lm_human_preference_details.online.answers import AnswerRecord, Request
+from lm_human_preference_details.online.label_file import OnlineLabelFile
 from lm_human_preference_details.utils.errors import UserError
 
 PAD = 50257  # the run's pad; OpenAI's files pad with 50259

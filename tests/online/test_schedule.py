@@ -1,11 +1,11 @@
-"""labelling/schedule.py: the paper's l(n) at hand-computed points, when requests go out and trainings happen, the flags."""
+"""online/schedule.py: the paper's l(n) at hand-computed points, when requests go out and trainings happen, the flags."""
 
 from __future__ import annotations
 
 import pytest
 from helpers.online import online_args
 
-from lm_human_preference_details.labelling.schedule import Schedule
+from lm_human_preference_details.online.schedule import Schedule
 from lm_human_preference_details.utils.errors import UserError
 
 
@@ -66,7 +66,7 @@ def test_bad_online_flags_are_one_line_each(flags, message):
 
 
 def test_the_command_labellers_name_defaults_to_its_program_and_is_checked():
-    from lm_human_preference_details.labelling.schedule import OnlineHParams
+    from lm_human_preference_details.online.schedule import OnlineHParams
 
     assert OnlineHParams(labeller="command", command="python judge.py --fast").command_name() == "judge.py"
     assert OnlineHParams(labeller="command", command="./bin/my_judge -v").command_name() == "my_judge"

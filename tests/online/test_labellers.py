@@ -1,4 +1,4 @@
-"""The online collection's labellers (labellers.py): the gold pick, and a user's program as the command labeller,
+"""The online collection's labellers (online/labellers.py): the gold pick, and a user's program as the command labeller,
 answering, skipping, dying, hanging and lying."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_human_preference_details.labelling.labellers import CommandLabeller, GoldLabeller
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+from lm_human_preference_details.online.labellers import CommandLabeller, GoldLabeller
 from lm_human_preference_details.utils.errors import UserError
 
 
@@ -99,7 +99,7 @@ def test_a_program_that_cannot_start_is_one_line(tmp_path, tokenizer):
 
 def asked(tokenizer) -> list:
     """The two requests of `requests` as the collection submits them (online_answers.Request)."""
-    from lm_human_preference_details.labelling.answers import Request
+    from lm_human_preference_details.online.answers import Request
 
     queries, samples = requests(tokenizer)
     return [Request(0, i, 0, q, s) for i, (q, s) in enumerate(zip(queries.tolist(), samples.tolist()))]
@@ -203,9 +203,9 @@ def test_a_stop_ends_a_wait_for_the_program_within_a_second_or_two(tmp_path, tok
 
     labeller = CommandLabeller(script(tmp_path, "sys.stdin.readline()\ntime.sleep(600)\n"), tokenizer, timeout=600)
     signalled = time.monotonic() + 0.5
-    labeller.stop_received = lambda: signal.SIGTERM if time.monotonic() > signalled else None
     with pytest.raises(Stopped, match="stopped by SIGTERM while --online.command .*, request 0 was asked") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None,
+                        stop=lambda: signal.SIGTERM if time.monotonic() > signalled else None)
     assert time.monotonic() - signalled < 2 + 3 and stopped.value.exit_code == 128 + signal.SIGTERM  # 3 s of slack
     assert until(lambda: ended(labeller.process.pid))
 
@@ -217,7 +217,7 @@ def test_a_program_ended_by_the_runs_own_stop_is_said_as_a_stop(tmp_path, tokeni
 
     labeller = CommandLabeller(script(tmp_path, "import os, signal\nsys.stdin.readline()\nos.kill(os.getpid(), "
                                                 "signal.SIGTERM)\n"), tokenizer, timeout=600)
-    labeller.stop_received = lambda: signal.SIGTERM if labeller.process.poll() is not None else None
     with pytest.raises(Stopped, match="stopped by SIGTERM") as stopped:
-        labeller.submit(asked(tokenizer), lambda request, best, labeller: None)
+        labeller.submit(asked(tokenizer), lambda request, best, labeller: None,
+                        stop=lambda: signal.SIGTERM if labeller.process.poll() is not None else None)
     assert stopped.value.exit_code == 128 + signal.SIGTERM

@@ -1,4 +1,4 @@
-"""The online collection's requests and the durable record of every answer to them (online.py's).
+"""The online collection's requests and the durable record of every answer to them (collection.py's).
 
 A request is keyed by where it was made: its batch of requests and its position in that batch. A resumed run makes
 the requests after its checkpoint again, the same ones (their queries and samples come from seeded generators), so an

@@ -1,4 +1,4 @@
-"""ranks/agreement.py: a failure on one torchrun process is the job's failure (2 gloo processes on the CPU).
+"""ranks/failures.py: a failure on one torchrun process is the job's failure (2 gloo processes on the CPU).
 
 Each case fails on process 0 alone while process 1 goes on to the next collective. The job must end with process 0's
 one `error:` line, printed once, no traceback from our code, and process 1 stopped by torchrun (SIGTERM, once
@@ -122,12 +122,12 @@ def test_any_exception_on_process_0_inside_main_first(assets, reward_model, tmp_
 
 
 def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
-    """agreement.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
+    """failures.agree_on with 3 processes, the collective stood in for: the line of the first process that failed,
     named when it is not process 0, printed by process 0 alone; every process raises JobFailed with its own status."""
-    from lm_human_preference_details.ranks import agreement
+    from lm_human_preference_details.ranks import failures
     from lm_human_preference_details.utils.errors import JobFailed, UserError
 
-    class Job(agreement.AgreeOnFailures):
+    class Job(failures.AgreeOnFailures):
         world_size = 3
 
         def __init__(self, is_main):
@@ -135,13 +135,13 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
 
     for gathered, line in ((["error: a", "error: b", None], "error: a"),
                            ([None, "error: b", "error: c"], "error: b (process 1)")):
-        monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
+        monkeypatch.setattr(failures.dist, "all_gather_object", lambda out, mine, g=gathered: out.__setitem__(
             slice(None), g))
         for is_main, error, code in ((True, None, 1), (False, UserError("--x"), 2)):
             with pytest.raises(JobFailed) as e:
                 Job(is_main).agree_on(error)
             assert (str(e.value), e.value.exit_code, capsys.readouterr().err) == (line, code, line + "\n" if is_main
                                                                                   else "")
-    monkeypatch.setattr(agreement.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
+    monkeypatch.setattr(failures.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
     Job(True).agree_on(None)  # nobody failed: nothing said, nothing raised
     assert capsys.readouterr().err == ""

@@ -24,7 +24,8 @@ from typing import Literal, Optional, get_args
 
 from lm_human_preference_details.labelling.journal import labeller_name as trimmed_name
 from lm_human_preference_details.labelling.journal import labeller_problem
-from lm_human_preference_details.labelling.labellers import check_can_serve, program_name, split_command
+from lm_human_preference_details.online.labellers import program_name, split_command
+from lm_human_preference_details.online.page import check_can_serve
 from lm_human_preference_details.utils.checks import check_at_least
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.torchrun import torchrun_world

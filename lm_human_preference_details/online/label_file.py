@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from lm_human_preference_details.labelling.answers import AnswerRecord, Request
+from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.journal import is_int
-from lm_human_preference_details.labels import OAI_PAD
+from lm_human_preference_details.online.answers import AnswerRecord, Request
 from lm_human_preference_details.utils.errors import UserError
 from lm_human_preference_details.utils.files import atomic_path
 
@@ -52,7 +52,7 @@ class OnlineLabelFile:
         self.path = path
         self.records: list[dict] = []
         self.ends: list[int] = []  # byte offset of the end of each record's line (before its ",")
-        data = read_journal(path)
+        data = read_label_file(path)
         if data is not None:
             self.records, self.ends, whole = parse_layout(path, data)
             if not whole and owner:  # an older run's one-line file, or a last write torn: laid out again
@@ -62,7 +62,7 @@ class OnlineLabelFile:
         return len(self.records)
 
     def digest(self, n: int) -> str:
-        """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a journal cut or changed."""
+        """A hash of the first ``n`` records: a checkpoint holds it, so a resume finds a label file cut or changed."""
         return hashlib.sha256(json.dumps(self.records[:n]).encode()).hexdigest()
 
     def keep(self, n: int) -> None:
@@ -125,20 +125,20 @@ class OnlineLabelFile:
 RECOVER = "restore it from a copy, or start the run again with --overwrite (its labels are then lost)"
 
 
-def read_journal(path: Path) -> Optional[bytes]:
-    """The journal's bytes (None when there is no journal), or a one-line UserError naming the file when it is not a
+def read_label_file(path: Path) -> Optional[bytes]:
+    """The label file's bytes (None when there is none), or a one-line UserError naming the file when it is not a
     file."""
     if not os.path.lexists(path):
         return None
     if not path.is_file():
-        raise UserError(f"{path} is not a file; it is the run's journal of labels: {RECOVER}")
+        raise UserError(f"{path} is not a file; it is the run's label file: {RECOVER}")
     return path.read_bytes()
 
 
 def parse_layout(path: Path, data: bytes) -> tuple[list[dict], list[int], bool]:
     """The records of the file's bytes, the end of each record's line, and whether the file is laid out as this run
     writes it; a last line cut by a kill in an append is dropped (the file is then not whole). A one-line UserError
-    naming the file when it is not the journal this run wrote: not JSON, or not a list of best-of-4 records."""
+    naming the file when it is not the label file this run wrote: not JSON, or not a list of best-of-4 records."""
     try:
         records, torn = json.loads(data), False
     except (ValueError, UnicodeDecodeError):

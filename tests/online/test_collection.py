@@ -1,4 +1,4 @@
-"""The paper's online data collection (online.py): the schedule at hand-computed points, the flags, and a small online
+"""online/collection.py, the paper's online data collection: the schedule at hand-computed points, the flags, a small online
 run of the offline task with the gold labeller, uninterrupted and killed then resumed, on one process and under torchrun
 (2 processes, killed, resumed on 1); under torchrun, a command labeller and a stop on process 1."""
 
@@ -22,12 +22,12 @@ from helpers.events import drive, events_env
 from helpers.online import FakePolicy, FakeSampler, online_args
 from helpers.processes import in_process
 
-from lm_human_preference_details.labelling.labellers import AnswersAtOnce
-from lm_human_preference_details.labelling.schedule import Schedule
-from lm_human_preference_details.labels import load_best_of_n_labels
+from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
+from lm_human_preference_details.online.labellers import AnswersAtOnce
+from lm_human_preference_details.online.schedule import Schedule
 from lm_human_preference_details.run.checkpoint import list_checkpoints
 from lm_human_preference_details.run.directory import LOCK, MARKER, RUN_KINDS, clear_run
 from lm_human_preference_details.utils.errors import UserError
@@ -76,7 +76,7 @@ def test_the_offline_online_preset_is_the_offline_task_online_with_a_quarter_of_
 
 # 2 updates of 16 episodes (2 emulated ranks: whitening groups of 8), N_r^0 = 8, N_r = 48, margin 12, 1 + 1 trainings
 # in the reward model's batches of 8 (the offline preset's): the least that still has two request batches before each
-# update (a kill between them finds a journal written), a retraining between the updates, and several reward batches
+# update (a kill between them finds a label file written), a retraining between the updates, and several reward batches
 # in it
 SMALL = ["--task", "offline", "--ppo.total-episodes", "32", "--ppo.batch-size", "16", "--num-ranks", "2",
          "--save-interval", "1", "--sample-print-interval", "100",
@@ -112,14 +112,14 @@ def metrics(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(w in k for w in ("time", "fps", "elapsed"))} for r in rows]
 
 
-def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
+def test_an_online_run_writes_gold_labels_of_its_current_policy(online_run):
     tokenizer = gpt2_tokenizer()
-    journal = online_run / "online" / "labels.json"
-    labels = load_best_of_n_labels(journal, n=4, query_length=offline_corpus.QUERY_LENGTH,
+    label_file = online_run / "online" / "labels.json"
+    labels = load_best_of_n_labels(label_file, n=4, query_length=offline_corpus.QUERY_LENGTH,
                                    response_length=offline_corpus.RESPONSE_LENGTH, pad_id=tokenizer.pad_token_id)
     gold = offline_corpus.gold_scores(tokenizer, labels["samples"].reshape(-1, offline_corpus.RESPONSE_LENGTH)).view(-1, 4)
     assert torch.equal(labels["best"], gold.argmax(1))  # the gold labeller's best-of-4 pick
-    updates = [r["update"] for r in json.loads(journal.read_text())]
+    updates = [r["update"] for r in json.loads(label_file.read_text())]
     # l(0) + margin = 20 -> two batches of 16 requests before update 0; l(16) + margin = 8 + 40 * (1 - (1/2)^2) + 12
     # = 50 -> two more batches, 64, before update 1
     assert updates == [0] * 32 + [1] * 32
@@ -127,10 +127,10 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
     assert [r["online/requests"] for r in rows] == [32, 64] and [r["online/pending"] for r in rows] == [0] * 2
     assert [r["online/labels_wanted"] for r in rows] == [8, 38]
     assert [r["online/retrainings"] for r in rows] == [1, 2]  # points 8 and 28: <= l(0) = 8, <= l(16) = 38
-    # each training: the journal's first labels, whole batches of 8, a seed of its own (a new random head)
+    # each training: the label file's first labels, whole batches of 8, a seed of its own (a new random head)
     for k, num_train in enumerate([8, 24]):  # 28 // 8 * 8 = 24
         config = json.loads((online_run / "online" / f"reward_{k:02d}" / "config.json").read_text())
-        assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(journal)
+        assert config["labels"]["num_train"] == num_train and config["labels"]["source"] == str(label_file)
         assert config["seed"] == 1 + k
         assert rows[k]["online/retraining/labels"] == num_train
         assert 0 <= rows[k]["online/retraining/heldout_accuracy"] <= 1 and rows[k]["online/retraining/loss"] > 0
@@ -138,7 +138,7 @@ def test_an_online_run_journals_gold_labels_of_its_current_policy(online_run):
 
 
 def test_overwrite_deletes_all_that_an_online_run_wrote(online_run, tmp_path):
-    """--overwrite deletes only the entries runs write (run_kinds.RUN_ENTRIES): an online run's online/ (its journal
+    """--overwrite deletes only the entries runs write (run_kinds.RUN_ENTRIES): an online run's online/ (its label file
     and reward trainings) is one, so a run started again over it begins with no labels of the last one."""
     copy = tmp_path / "run"
     shutil.copytree(online_run, copy, symlinks=True)
@@ -151,11 +151,11 @@ def test_overwrite_deletes_all_that_an_online_run_wrote(online_run, tmp_path):
 # Where each case kills the run (SIGKILL) before it is resumed, as events of the run's hook (helpers.events); "A | B":
 # event B right after A. The small run's events: online-request 1, 2; training 0's batch, update 0; the policy's update 0;
 # checkpoint-writing 1; online-request 3, 4; training 1's batches, update 0..2; the policy's update 1; ... With each
-# kill point, what the kill left (what_is_left): the checkpoints, the answers recorded, the journal's records, the
-# trainings with a saved model. A request batch's answers reach the journal after its event.
+# kill point, what the kill left (what_is_left): the checkpoints, the answers recorded, the label file's records, the
+# trainings with a saved model. A request batch's answers reach the label file after its event.
 KILLS = {
     # while requests are labelled, between two request batches: before the first checkpoint (a resume finds none,
-    # cuts the journal back and starts again), then before update 1 (the journal past checkpoint 1's 32 labels)
+    # cuts the label file back and starts again), then before update 1 (the label file past checkpoint 1's 32 labels)
     "labelling": [("online-request 2", ([], 32, 16, [])),
                   ("online-request 4", (["update_00000001"], 64, 48, ["reward_00"]))],
     # the second training's first batch
@@ -182,12 +182,12 @@ def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
 
 
 def what_is_left(run_dir: Path) -> tuple[list[str], int, int, list[str]]:
-    """A killed run's directory: its checkpoints, the answers recorded (online/answers.jsonl), the journal's records,
+    """A killed run's directory: its checkpoints, the answers recorded (online/answers.jsonl), the label file's records,
     the online trainings with a saved model."""
     online = run_dir / "online"
-    journal = json.loads((online / "labels.json").read_text()) if (online / "labels.json").exists() else []
+    label_file = json.loads((online / "labels.json").read_text()) if (online / "labels.json").exists() else []
     return ([p.name for p in list_checkpoints(run_dir)], len((online / "answers.jsonl").read_text().splitlines()),
-            len(journal), sorted(p.parent.name for p in online.glob("reward_*/reward_model")))
+            len(label_file), sorted(p.parent.name for p in online.glob("reward_*/reward_model")))
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +212,7 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
 
 @pytest.mark.parametrize("case", list(KILLS))
 def test_a_killed_online_run_resumes_to_the_same_numbers(online_run, killed_chain, case):
-    """kill -9 while labelling or in a retraining, then --resume: the journal, metrics and policy of the
+    """kill -9 while labelling or in a retraining, then --resume: the label file, metrics and policy of the
     uninterrupted run, bit for bit (gold labeller, --exact-ranks: the offline preset's). Seconds: the two runs."""
     run_dir, left = killed_chain
     for at, state in KILLS[case]:
@@ -232,9 +232,9 @@ def torchrun_command(run_dir: Path, *extra: str) -> list[str]:
 def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_one(online_run, tmp_path, offline_cache):
     """The small run under torchrun (2 processes, --exact-ranks, the gold labeller: process 0 samples the requests and
     labels them, both train) killed -9 as it writes its last checkpoint, then --resume on 1 process: the 2 processes
-    had journaled the uninterrupted 1-process run's labels, logged its metrics and trained its policy (the checkpoint
-    being written holds it), bit for bit; the resumed run reuses
-    the finished trainings and the answers given (none asked again) and ends with that run's journal, metrics and
+    had written the uninterrupted 1-process run's labels to the label file, logged its metrics and trained its policy
+    (the checkpoint being written holds it), bit for bit; the resumed run reuses
+    the finished trainings and the answers given (none asked again) and ends with that run's label file, metrics and
     policy. Seconds: a torchrun job of the whole run, then its last update and report in this process."""
     from helpers.events import kill_at_env
 
@@ -347,11 +347,11 @@ class SkipEveryThird(AnswersAtOnce):
         return answers
 
 
-def collection(journal_path: Path, trained: list):
+def collection(label_path: Path, trained: list):
     from types import SimpleNamespace
 
-    from lm_human_preference_details.labelling.online import OnlineCollection
-    from lm_human_preference_details.labelling.online_labels import OnlineLabelFile
+    from lm_human_preference_details.online.collection import OnlineCollection
+    from lm_human_preference_details.online.label_file import OnlineLabelFile
 
     schedule = Schedule(initial_labels=8, final_labels=40, total_episodes=64, margin=2, retrainings=3)
     task = SimpleNamespace(response_length=3, truncate_token=None, truncate_after=0)
@@ -360,7 +360,7 @@ def collection(journal_path: Path, trained: list):
         trained.append((k, num_train))
         return f"model {k}", {"last_loss": 1.0 + k}
 
-    return OnlineCollection(schedule, OnlineLabelFile(journal_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
+    return OnlineCollection(schedule, OnlineLabelFile(label_path), SkipEveryThird(), FakeSampler(), task, [], [], 0, 1,
                             (16, 4), train)
 
 
@@ -384,7 +384,7 @@ def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
     assert len(records) == 40 and {r["best"] for r in records} == {0}
     assert [r["update"] for r in records].count(0) == 11
 
-    # a resumed run from the checkpoint after update 1 (before update 2): the journal cut back to it, the last
+    # a resumed run from the checkpoint after update 1 (before update 2): the label file cut back to it, the last
     # training's model reloaded, then the same requests and trainings
     trained.clear()
     resumed = collection(tmp_path / "labels.json", trained)
@@ -397,34 +397,34 @@ def test_the_collection_requests_skips_trains_and_resumes_on_schedule(tmp_path):
     assert json.loads((tmp_path / "labels.json").read_text()) == records
 
 
-def test_under_torchrun_a_process_trains_only_once_it_reads_the_journal_process_0_wrote(tmp_path, monkeypatch):
-    """Before each training, process 1 reads the journal until it holds process 0's records (their count and hash,
+def test_under_torchrun_a_process_trains_only_once_it_reads_the_label_file_process_0_wrote(tmp_path, monkeypatch):
+    """Before each training, process 1 reads the label file until it holds process 0's records (their count and hash,
     from process 0): a shared file system that shows the write late is looked at again, not trained on; one that
     never shows it is one line naming the file (here after 1 s instead of 30)."""
     import contextlib
     import threading
     from types import SimpleNamespace
 
-    from lm_human_preference_details.labelling import online as online_module
+    from lm_human_preference_details.online import collection as online_module
 
-    journal = tmp_path / "labels.json"
+    label_file = tmp_path / "labels.json"
     records = [{"query": [1, 2], **{f"sample{i}": [i + 1] for i in range(4)}, "best": k % 4, "update": 0} for k in range(3)]
-    journal.write_text(json.dumps(records))
+    label_file.write_text(json.dumps(records))
     written = len(records), hashlib.sha256(json.dumps(records).encode()).hexdigest()  # as process 0 has them
-    journal.write_text(json.dumps(records[:2]))  # what process 1 sees at first: the journal before the last batch
+    label_file.write_text(json.dumps(records[:2]))  # what process 1 sees at first: the label file before the last batch
     process_1 = SimpleNamespace(world_size=2, is_main=False, from_main=lambda mine: written,
                                 agree=contextlib.nullcontext)  # a failure is raised as it is
-    later = threading.Timer(1.0, lambda: journal.write_text(json.dumps(records)))
+    later = threading.Timer(1.0, lambda: label_file.write_text(json.dumps(records)))
     later.start()
-    online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
-    assert json.loads(journal.read_text()) == records  # it went on only once it read process 0's 3 records
+    online_module.check_shared_labels(process_1, online_module.OnlineLabelFile(label_file))
+    assert json.loads(label_file.read_text()) == records  # it went on only once it read process 0's 3 records
     later.join()
 
-    journal.write_text(json.dumps(records[:2]))
+    label_file.write_text(json.dumps(records[:2]))
     monkeypatch.setattr(online_module, "SHARED_DIR_WAIT_S", 1.0)
-    with pytest.raises(UserError, match=f"{journal} is not here as process 0 wrote it \\(3 records; here 2 records\\) "
+    with pytest.raises(UserError, match=f"{label_file} is not here as process 0 wrote it \\(3 records; here 2 records\\) "
                                         "after 1 s"):
-        online_module.check_shared_journal(process_1, online_module.OnlineLabelFile(journal))
+        online_module.check_shared_labels(process_1, online_module.OnlineLabelFile(label_file))
 
 
 def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_to_its_end(online_run, tmp_path,

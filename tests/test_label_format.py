@@ -1,11 +1,11 @@
-"""FIDELITY A2: OpenAI's label files (schema, validation, pad 50259 mapped to ours)."""
+"""label_format.py, FIDELITY A2: OpenAI's label files (schema, validation, pad 50259 mapped to ours)."""
 
 import json
 
 import pytest
 import torch
 
-from lm_human_preference_details.labels import OAI_PAD, load_best_of_n_labels, read_records
+from lm_human_preference_details.label_format import OAI_PAD, load_best_of_n_labels, read_records
 from lm_human_preference_details.utils.errors import UserError
 
 
