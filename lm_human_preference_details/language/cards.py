@@ -86,9 +86,10 @@ def _fenced(value) -> str:
 
 
 def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = None, tracked: str | None = None,
-               reward_offset: float | None = None) -> None:
+               reward_offset: float | None = None, datasets: list[str] | None = None) -> None:
     """Write ``path``/README.md for a saved ``kind`` ('policy' or 'reward') model trained with ``hparams``; ``metrics``:
-    the run's last logged values; ``tracked``: its W&B run URL; ``reward_offset``: the reward model's constant."""
+    the run's last logged values; ``tracked``: its W&B run URL; ``reward_offset``: the reward model's constant;
+    ``datasets``: the Hub datasets its queries came from (the front matter's `datasets`)."""
     base = hparams.get("base_model")
     task = hparams.get("task") or {}
     labels = hparams.get("labels") or (((hparams.get("rewards") or {}).get("train_new_model") or {}).get("labels"))
@@ -99,6 +100,7 @@ def write_card(path: Path, kind: str, hparams: dict, *, metrics: dict | None = N
         library_name="transformers", license="mit",
         pipeline_tag="text-generation" if kind == "policy" else "text-classification",
         tags=["lm-human-preferences", "rlhf", "ppo" if kind == "policy" else "reward-model"],
+        datasets=list(datasets) if datasets else None,
         **model_index(kind, hparams, shown),
     )
     how = " collected online while it trained" if (hparams.get("online") or {}).get("num_labels") else ""

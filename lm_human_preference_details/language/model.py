@@ -309,20 +309,22 @@ def head_file(path: str | Path) -> Path | None:
 
 
 def save_model_dir(path: str | Path, model: LMWithHead, tokenizer, hparams: dict, replace: bool = True, *,
-                   metrics: dict | None = None, tracked: str | None = None) -> None:
+                   metrics: dict | None = None, tracked: str | None = None, datasets: list[str] | None = None) -> None:
     """Write ``model`` to the directory ``path`` atomically (FIDELITY D8 saved gain and bias: gain and bias included),
     with its card (``metrics``: the run's last logged values, ``tracked``: its W&B URL); ``replace=False``: a cache
     entry, kept if a concurrent writer published it first; else a directory there is replaced only where it is the
     project's own, a run's entry or the cache's (outputs.atomic_dir)."""
     try:
         with atomic_dir(path, replace=replace) as tmp:
-            write_model_files(tmp, model, tokenizer, hparams, metrics=metrics, tracked=tracked, final=path)
+            write_model_files(tmp, model, tokenizer, hparams, metrics=metrics, tracked=tracked, final=path,
+                              datasets=datasets)
     except OSError as e:  # a full disk, a directory made read-only during the run: nothing half-written is left
         raise UserError(f"cannot save {path} ({e.strerror or e}); free some disk space or pass another --output-dir") from None
 
 
 def write_model_files(directory: Path, model: LMWithHead, tokenizer, hparams: dict, *, metrics: dict | None = None,
-                      tracked: str | None = None, final: str | Path | None = None) -> None:
+                      tracked: str | None = None, final: str | Path | None = None,
+                      datasets: list[str] | None = None) -> None:
     """The files of a saved model (`save_model_dir`) written into ``directory``, a new one the caller holds (a
     temporary that utils/outputs.py puts in place at ``final``, which the files' paths are written relative to)."""
     from safetensors.torch import save_file  # with transformers: a flag's error line never waits for it
@@ -341,7 +343,7 @@ def write_model_files(directory: Path, model: LMWithHead, tokenizer, hparams: di
             if not k.startswith("lm.") or k in kept}
     save_file(head, directory / HEAD_FILE, metadata={"format": "pt"})
     (directory / HPARAMS_FILE).write_text(json.dumps(hparams, indent=2, default=str))
-    write_card(directory, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=offset)
+    write_card(directory, kind, hparams, metrics=metrics, tracked=tracked, reward_offset=offset, datasets=datasets)
 
 
 SAVED_BY = {"reward": ("train_reward.py", "reward_model"), "policy": ("train_policy.py", "policy")}

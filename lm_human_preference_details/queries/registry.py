@@ -74,6 +74,14 @@ SOURCES: dict[str, QuerySource] = {
 }
 
 
+def hub_datasets(hparams: dict) -> list[str]:
+    """The Hugging Face Hub datasets a run's queries came from (its task's --task.query-dataset, a named source read
+    from the Hub), for a saved model's card; [] for a local file or OpenAI's 2019 files."""
+    name = (hparams.get("task") or {}).get("query_dataset")
+    hub = getattr(SOURCES.get(name), "hub", None) if isinstance(name, str) else None
+    return [hub.repo_id] if hub is not None else []
+
+
 def check_file(request: Request) -> None:
     """A local file the run reads once it starts (a .zip copy of tldr-17's corpus): it exists."""
     if not request.source.path.is_file():

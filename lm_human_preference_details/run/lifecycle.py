@@ -28,6 +28,7 @@ from torch import nn
 
 from lm_human_preference_details.language.cards import last_metrics
 from lm_human_preference_details.language.model import save_model_dir
+from lm_human_preference_details.queries.registry import hub_datasets
 from lm_human_preference_details.run.checkpoint import (
     checkpoint_dir,
     restore,
@@ -95,7 +96,7 @@ class RunSaves:
             return checkpoint_dir(self.dir, done)
         # flushes the tracker (every row logged before this checkpoint is on disk before it is), then reads the card's
         # facts now: the write runs in a thread while the next rows are logged
-        card = card_facts(self.dir, tracker)
+        card = {**card_facts(self.dir, tracker), "datasets": hub_datasets(self.config)}
 
         def write_models(copies: Mapping[str, nn.Module]) -> None:
             for name, model in copies.items():
@@ -128,7 +129,8 @@ class RunSaves:
                 raise failure
             if self.ranks.is_main:
                 with save_errors(self.dir, path):
-                    save_model_dir(path, model, self.tokenizer, hparams, **card_facts(self.dir, tracker))
+                    save_model_dir(path, model, self.tokenizer, hparams, **card_facts(self.dir, tracker),
+                                   datasets=hub_datasets(hparams))
         return path
 
 

@@ -13,6 +13,7 @@ def saved(tiny_model_dir, tiny_policy, tmp_path_factory):
     """The tiny policy and an untrained reward model saved with hparams, metrics and a W&B URL."""
     from lm_human_preference_details.language.model import RewardModel, load_lm, save_model_dir
     from lm_human_preference_details.language.tokenizer import load_tokenizer
+    from lm_human_preference_details.queries.registry import hub_datasets  # what a run's saves pass (run/lifecycle.py)
 
     out = tmp_path_factory.mktemp("cards")
     tokenizer = load_tokenizer(str(tiny_model_dir))
@@ -20,11 +21,11 @@ def saved(tiny_model_dir, tiny_policy, tmp_path_factory):
                       "task": {"query_dataset": "bookcorpus", "query_length": 64, "response_length": 24},
                       "rewards": {"trained_model": "RUN/reward_model"}, "ppo": {"lr": 1e-5}}
     save_model_dir(out / "policy", tiny_policy, tokenizer, policy_hparams, metrics={"ppo/objective/score": 1.85},
-                   tracked="https://wandb.ai/me/lm-human-preferences/runs/abc")
+                   tracked="https://wandb.ai/me/lm-human-preferences/runs/abc", datasets=hub_datasets(policy_hparams))
     reward_hparams = {"base_model": str(tiny_model_dir), "labels": {"source": "labels.json", "num_train": 64},
                       "task": {}, "results": {"train_reward/eval/accuracy": 0.5}}
     save_model_dir(out / "reward_model", RewardModel(load_lm(str(tiny_model_dir)), tokenizer.pad_token_id), tokenizer,
-                   reward_hparams)
+                   reward_hparams, datasets=hub_datasets(reward_hparams))
     return out
 
 
@@ -62,6 +63,8 @@ def test_cards_front_matter_has_the_model_index_of_the_runs_results(saved):
     assert (accuracy.metric_type, accuracy.metric_value, accuracy.dataset_name) == ("accuracy", 0.5, "labels.json")
     assert [(r.metric_type, r.metric_value, r.dataset_name) for r in policy.eval_results] == [
         ("reward", 1.85, "bookcorpus")]  # the run logged a score and no KL
+    # the Hub datasets its queries came from: bookcorpus's Hub id for the policy, none for a reward model's labels
+    assert policy.datasets == ["bookcorpus/bookcorpus"] and reward.datasets is None
 
 
 def test_no_file_of_a_saved_directory_names_this_machines_directories(saved, tiny_policy, tokenizer, tmp_path):

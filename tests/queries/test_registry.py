@@ -129,3 +129,13 @@ def test_query_mode_test_on_bookcorpus_is_refused_before_any_policy_is_read(asse
     assert line == ("error: query dataset bookcorpus has only a train split (the baseline never read another); use the "
                     "train split (sample.py --query-mode train) or books-2019 for held-out queries")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hub_datasets_name_the_hub_sources_of_a_runs_queries():
+    from lm_human_preference_details.queries.registry import hub_datasets
+
+    def of(name):
+        return hub_datasets({"task": {"query_dataset": name}})
+
+    assert of("bookcorpus") == ["bookcorpus/bookcorpus"] and of("tldr-17") == ["webis/tldr-17"]
+    assert of("books-2019") == of("cnndm") == of("/data/my_queries.jsonl") == [] and hub_datasets({}) == []
