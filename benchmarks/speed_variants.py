@@ -128,18 +128,13 @@ def variants_table(result: dict) -> list[str]:
     return lines
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _seconds(fn, device: torch.device, n: int = 10) -> float:
     fn()
-    _sync(device)
+    speed._sync(device)
     start = time.perf_counter()
     for _ in range(n):
         fn()
-    _sync(device)
+    speed._sync(device)
     return (time.perf_counter() - start) / n
 
 
@@ -210,7 +205,7 @@ def profile_by_class(result: dict, device: torch.device, variant: tuple = VARIAN
             models[0].sample(queries, args.task.response_length, uniforms=uniforms)
             with profile(activities=activities) as prof:
                 models[0].sample(queries, args.task.response_length, uniforms=uniforms)
-                _sync(device)
+                speed._sync(device)
     else:
         with profile(activities=activities) as prof:
             _update(models, queries, args, initial, device, 1, variant[1])

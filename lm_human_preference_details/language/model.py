@@ -235,7 +235,7 @@ class Policy(LMWithHead):
         base = self.lm.base_model
         if self.packed:  # GPT-2: the real tokens only, keys and values in a cache preallocated for every step
             # on a GPU the steps are one CUDA graph, replayed for every batch of this shape (step_graph.py)
-            graphs = graphs_of(self) if StepGraphs.apply(self, contexts, uniforms) else None
+            graphs = graphs_of(self) if StepGraphs.apply(contexts, uniforms) else None
             shape = (len(contexts), contexts.shape[1] + length, length, base.wte.weight.dtype, contexts.device)
 
             def new_cache() -> KVCache:

@@ -1,12 +1,14 @@
 """The sampler's token steps on a GPU, captured once as a CUDA graph and replayed for every batch of the same shape.
 
 After the prompt's forward pass, each of the 24 steps runs a few hundred small kernels (12 blocks of one token per
-sequence, the LM head's draw, the value head): launching them from Python takes longer than running them. A CUDA graph
-launches the whole loop at once. A replay runs the very kernels of the capture on the same addresses, so it gives the
-numbers of the eager loop it captured (tests/e2e/test_gpu.py compares them bit for bit) and every sampling pass of a
-run, the first one too, comes from a replay: a resumed run samples as the uninterrupted one did.
+sequence, the LM head's draw, the value head). A CUDA graph launches the whole loop at once. On an H200 that alone
+saved little (the steps were bound by SDPA's float32 kernel, not by launches: docs/speed.md); with the decode attention
+as two products (gpt2.decode_attention) it took the sampling pass from 0.192 to 0.134 s. A replay runs the very kernels
+of the capture on the same addresses, so it gives the numbers of the eager loop it captured (tests/e2e/test_gpu.py
+compares them bit for bit), and every sampling pass of a run, the first one too, comes from a replay: a resumed run
+samples as the uninterrupted one did.
 
-What a graph needs, and `StepGraphs.steps` checks: every input in a tensor it owns (the first hidden states, the next
+What a graph needs, and `StepGraphs.apply` checks: every input in a tensor it owns (the first hidden states, the next
 columns, the uniforms; the KV cache is its own and the prompt's pass writes into it), no randomness drawn inside
 (the uniforms are given), no autocast (its weight copies would be captured too), no torch.compile, and the weights
 where they were at the capture (an optimizer step writes them in place; a moved model is captured again).
@@ -22,7 +24,7 @@ from torch import nn
 
 from lm_human_preference_details.language import gpt2
 
-ENABLED = True  # the switch: False runs the eager loop (benchmarks/speed.py --no-cuda-graph measures both)
+ENABLED = True  # the switch: False runs the eager loop (benchmarks/speed_variants.py measures both)
 
 Steps = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
@@ -65,7 +67,7 @@ class StepGraphs:
         self._graphs: dict[tuple, StepGraph] = {}
 
     @staticmethod
-    def apply(model: nn.Module, like: torch.Tensor, uniforms: torch.Tensor | None) -> bool:
+    def apply(like: torch.Tensor, uniforms: torch.Tensor | None) -> bool:
         """Whether the loop may be captured: a CUDA device, given uniforms, no autocast, no torch.compile."""
         return (ENABLED and like.is_cuda and uniforms is not None and not torch.is_autocast_enabled("cuda")
                 and gpt2._block_tail is gpt2.block_tail and not torch.cuda.is_current_stream_capturing())

@@ -9,20 +9,20 @@ from lm_human_preference_details.language.step_graph import StepGraphs, graphs_o
 
 
 def test_a_capture_needs_a_gpu_given_uniforms_no_autocast_and_no_compile(monkeypatch):
-    model, u = torch.nn.Linear(2, 2), torch.zeros(2, 3, dtype=torch.float64)
+    u = torch.zeros(2, 3, dtype=torch.float64)
     cuda_like = type("CudaLike", (), {"is_cuda": True})()  # a tensor's `is_cuda` is all `apply` reads of it
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build cannot ask)
-    assert StepGraphs.apply(model, cuda_like, u)
-    assert not StepGraphs.apply(model, torch.zeros(2), u)  # a CPU: the eager loop
-    assert not StepGraphs.apply(model, cuda_like, None)  # no uniforms: draws from a generator inside the loop
+    assert StepGraphs.apply(cuda_like, u)
+    assert not StepGraphs.apply(torch.zeros(2), u)  # a CPU: the eager loop
+    assert not StepGraphs.apply(cuda_like, None)  # no uniforms: draws from a generator inside the loop
     monkeypatch.setattr(step_graph, "ENABLED", False)
-    assert not StepGraphs.apply(model, cuda_like, u)
+    assert not StepGraphs.apply(cuda_like, u)
     monkeypatch.setattr(step_graph, "ENABLED", True)
     monkeypatch.setattr(gpt2, "_block_tail", torch.compile(gpt2.block_tail))  # --compile
-    assert not StepGraphs.apply(model, cuda_like, u)
+    assert not StepGraphs.apply(cuda_like, u)
     monkeypatch.setattr(gpt2, "_block_tail", gpt2.block_tail)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)  # inside another capture
-    assert not StepGraphs.apply(model, cuda_like, u)
+    assert not StepGraphs.apply(cuda_like, u)
 
 
 def test_graphs_are_kept_beside_a_model_a_cache_per_shape_and_never_copied():
