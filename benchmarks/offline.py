@@ -193,11 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT))
     from lm_human_preference_details.offline.assets import VERSION, offline_dir
     from lm_human_preference_details.utils.errors import UserError
-    from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours
+    from lm_human_preference_details.utils.outputs import check_output_file, first_line_starts, new_or_ours
 
-    def is_our_table(path: Path) -> bool:  # a table this script wrote (its first line), which a new run may replace
-        with open(path, "rb") as f:
-            return f.readline().startswith(b"Offline task ")
+    is_our_table = first_line_starts(b"Offline task ")  # a table this script wrote: a new run replaces it
 
     try:  # a new file, or a table this script wrote: checked before anything runs (utils/outputs.py)
         check_output_file(args.out, flag="--out", ours=is_our_table, what="markdown file", writer="run of offline.py")

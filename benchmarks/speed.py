@@ -73,7 +73,7 @@ from lm_human_preference_details.ppo import (  # noqa: E402
 from lm_human_preference_details.ranks.devices import pick_device  # noqa: E402
 from lm_human_preference_details.ranks.emulated import Ranks  # noqa: E402
 from lm_human_preference_details.utils.errors import UserError  # noqa: E402
-from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours  # noqa: E402
+from lm_human_preference_details.utils.outputs import check_output_file, first_line_starts, new_or_ours  # noqa: E402
 
 PAD = N_VOCAB  # [PAD] = 50257, right after GPT-2's real tokens (FIDELITY A1 plain-text tokens)
 SIZES = {  # GPT-2 architecture, 50257 tokens, random initialisation
@@ -618,10 +618,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def is_our_report(path: Path) -> bool:
-    """A table this script wrote (its first line), which a new run may replace."""
-    with open(path, "rb") as f:
-        return f.readline().startswith(b"| model | batch | path | sample |")
+is_our_report = first_line_starts(b"| model | batch | path | sample |")  # a table this script wrote: a new run replaces it
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from benchmarks import speed  # noqa: E402
 from lm_human_preference_details.language import gpt2, lm_head, step_graph  # noqa: E402
 from lm_human_preference_details.ranks.devices import pick_device  # noqa: E402
 from lm_human_preference_details.utils.errors import UserError  # noqa: E402
-from lm_human_preference_details.utils.outputs import check_output_file, new_or_ours  # noqa: E402
+from lm_human_preference_details.utils.outputs import check_output_file, first_line_starts, new_or_ours  # noqa: E402
 
 BEFORE = dict(multiple=1, keep=2**27, graph=False, attention="sdpa")
 # name, switches, the seconds per update it should save against 'before' at 124M, batch 512, on an H200, predicted
@@ -253,10 +253,7 @@ def large_row(batch_size: int, repeats: int, device: torch.device, seed: int, mi
     return [f"- GPT-2 774M's shapes: out of memory at every --micro-batch-sequences in {micros}"]
 
 
-def is_our_report(path: Path) -> bool:
-    """A report this script wrote (its first line), which a new run may replace."""
-    with open(path, "rb") as f:
-        return f.readline().startswith(b"# speed_variants.py on ")
+is_our_report = first_line_starts(b"# speed_variants.py on ")  # a report this script wrote: a new run replaces it
 
 
 def main(argv: Optional[list[str]] = None) -> int:

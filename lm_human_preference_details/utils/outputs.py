@@ -143,6 +143,15 @@ def check_output_file(raw: str | Path, *, flag: str, inputs: Iterable[Optional[s
     return path
 
 
+def first_line_starts(prefix: bytes) -> Callable[[Path], bool]:
+    """``ours`` for `check_output_file` and `new_or_ours`: a file whose first line starts with ``prefix`` (a report's
+    own heading) is one this project wrote."""
+    def ours(path: Path) -> bool:
+        with open(path, "rb") as f:
+            return f.readline().startswith(prefix)
+    return ours
+
+
 def _check_inputs(raw, here: set[Path], inputs, flag: str, deletes: bool, noun: str) -> None:
     """The output never lies inside (nor is) an input; where it ``deletes`` what it holds, it never holds one."""
     for given in local_inputs(inputs):

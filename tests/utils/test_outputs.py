@@ -8,6 +8,7 @@ from lm_human_preference_details.utils.outputs import (
     OUTPUT_MARKER,
     check_output_dir,
     check_output_file,
+    first_line_starts,
     new_or_ours,
     write_output_dir,
 )
@@ -51,3 +52,10 @@ def test_a_file_is_new_or_one_the_project_wrote(tmp_path):
     with new_or_ours(mine, lambda p: True) as tmp:
         tmp.write_text("new")
     assert mine.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.md"]
+
+
+def test_a_report_is_ours_by_its_first_line(tmp_path):
+    ours = first_line_starts(b"# report of ours")
+    (tmp_path / "a.md").write_text("# report of ours, 2026\nrows\n")
+    (tmp_path / "b.md").write_text("notes\n# report of ours\n")
+    assert ours(tmp_path / "a.md") and not ours(tmp_path / "b.md")
