@@ -179,8 +179,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
             lses.append((m + log_s).squeeze(1))
             if keep:
                 e.div_(s)  # softmax, in place in probs
-        ctx.save_for_backward(h, weight, labels, torch.cat(lses), probs)
-        ctx.temperature, ctx.chunk, ctx.multiple = temperature, chunk, multiple
+        ctx.save_for_backward(h, padded, labels, torch.cat(lses), probs)
+        ctx.temperature, ctx.chunk, ctx.real, ctx.weight_dtype = temperature, chunk, real, weight.dtype
         entropies = torch.cat(entropies)
         ctx.mark_non_differentiable(entropies)  # only logged: no entropy bonus (FIDELITY E7 policy loss)
         return torch.cat(logprobs), entropies
@@ -193,10 +193,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad_logprobs):
         """`backward`'s work, autocast off."""
-        h, weight, labels, lse, probs = ctx.saved_tensors  # h is already divided by T, and float32 at least
-        v = weight.shape[0]
-        real = v if ctx.multiple > 1 else None
-        padded = aligned_rows(weight, ctx.multiple)  # [Vp, d]
+        h, padded, labels, lse, probs = ctx.saved_tensors  # h is already divided by T, and float32 at least; [Vp, d]
+        real = ctx.real
         grad_h = torch.empty_like(h)
         # in place, so that under autocast too the [V, d] gradient is summed in (at least) float32
         grad_w = _at_least_fp32(torch.zeros_like(padded))  # [Vp, d]
@@ -211,9 +209,9 @@ class _ChunkedLogprobs(torch.autograd.Function):
             dlogits.scatter_add_(1, labels[rows, None], grad_logprobs[rows, None])
             grad_h[rows] = (dlogits @ padded.to(dlogits.dtype)).to(h.dtype)
             grad_w.addmm_(dlogits.t(), h[rows].to(dlogits.dtype))  # [Vp, d]
-        # chain through h / T; the padding's rows dropped
-        return ((grad_h / ctx.temperature).to(ctx.h_dtype), grad_w[:v].to(weight.dtype),
-                None, None, None, None, None)
+        # chain through h / T
+        grad_weight = grad_w if real is None else grad_w[:real]  # the padding's rows dropped
+        return (grad_h / ctx.temperature).to(ctx.h_dtype), grad_weight.to(ctx.weight_dtype), None, None, None, None, None
 
 
 def response_logprobs(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float,
