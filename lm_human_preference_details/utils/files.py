@@ -143,7 +143,7 @@ def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
 
 def _take(path: Path, poll_s: float) -> FileLock | None:
     """The lock file ``path`` held by this process, waited for; None where no lock can be taken."""
-    said = False
+    said, unnamed = False, 0
     while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,8 +152,13 @@ def _take(path: Path, poll_s: float) -> FileLock | None:
             return None
         if lock is not None:
             return lock
+        holder = lock_holder(path)
+        if holder == ANOTHER and unnamed < 20:  # a holder writes its line just after taking the lock: look again soon
+            unnamed += 1
+            time.sleep(min(poll_s, 0.05))
+            continue
         if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
-            print(f"waiting for {lock_holder(path)} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
+            print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
         said = True
         time.sleep(poll_s)
 
@@ -177,12 +182,15 @@ def hold_lock(path: Path) -> FileLock | None:
     return lock
 
 
+ANOTHER = "another process"  # a lock whose holder line cannot be read (yet)
+
+
 def lock_holder(path: Path) -> str:
     """Who holds the lock file ``path``: its holder line, or "another process"."""
     try:
-        return path.read_bytes()[:200].decode(errors="replace").strip() or "another process"
+        return path.read_bytes()[:200].decode(errors="replace").strip() or ANOTHER
     except OSError:
-        return "another process"
+        return ANOTHER
 
 
 def sha256_of(path: Path) -> str:

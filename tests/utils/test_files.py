@@ -151,6 +151,40 @@ def test_a_held_lock_names_its_holder_and_a_cache_lock_leaves_no_file(tmp_path, 
     assert not (tmp_path / ".lmhp-building~other").exists()
 
 
+def test_a_waiter_names_a_holder_whose_line_comes_a_moment_after_its_lock(tmp_path, capsys):
+    """The holder writes its line just after taking the lock: a waiter that looks in between waits for the line rather
+    than saying "another process" (three processes starting at once caught it there); a line that never comes is
+    "another process"."""
+    from filelock import FileLock
+
+    path = tmp_path / ".lmhp-building~entry"
+    held = FileLock(path, is_singleton=False, thread_local=False)
+    held.acquire()  # taken, no line yet
+    entered = [cache_lock(tmp_path / "entry", poll_s=0.01)]
+    waited = threading.Thread(target=entered[0].__enter__)
+    waited.start()
+    time.sleep(0.1)
+    path.write_text("pid 12345 on elsewhere")
+    time.sleep(0.3)
+    path.unlink()
+    held.release()
+    waited.join(timeout=10)
+    entered[0].__exit__(None, None, None)
+    out = capsys.readouterr().out
+    assert out.count("waiting for") == 1 and "waiting for pid 12345 on elsewhere to build" in out, out
+    held = FileLock(path, is_singleton=False, thread_local=False)
+    held.acquire()  # a holder that never writes its line (another tool's lock)
+    entered = [cache_lock(tmp_path / "entry", poll_s=0.01)]
+    waited = threading.Thread(target=entered[0].__enter__)
+    waited.start()
+    time.sleep(1.5)
+    path.unlink()
+    held.release()
+    waited.join(timeout=10)
+    entered[0].__exit__(None, None, None)
+    assert "waiting for another process to build" in capsys.readouterr().out
+
+
 def test_on_a_file_system_without_locks_a_cache_entry_is_built_unlocked(tmp_path, monkeypatch):
     """NFS without a lock daemon answers flock with ENOLCK: the build runs unlocked (replace=False publishes keep the
     entry whole), and hold_lock leaves the error to its caller (a run directory refuses it in one line)."""
