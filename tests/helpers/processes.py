@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from pathlib import Path
@@ -148,3 +149,46 @@ def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
         sys.argv = sys_argv
     stderr = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
     return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
+
+
+def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
+           stdout: Path | None = None, stderr: Path | None = None, before: Callable[[], None] | None = None) -> int:
+    """``python SCRIPT ARGS`` as `run_main(main)` in a fork of this process -> the child's pid, for a run that a test
+    kills, stops or drives (`helpers.events.drive`, with ``env_extra`` setting $LMHP_TEST_EVENTS): a process of its own,
+    as a user's run is, without a new interpreter's imports (torch's and transformers', ~4 s of CPU). The child sees
+    ``env_extra`` and ``cwd`` as a fresh process would (`as_a_new_process`), runs on one thread (no thread pool of the
+    parent's is used in it), draws its progress bars under a lock of its own, writes its output to the files
+    ``stdout`` and ``stderr`` (default: stdout's; none: nowhere), calls ``before()`` first (a fault to inject), and
+    exits with the status the script's command line would give."""
+    from tqdm import tqdm
+
+    from lm_human_preference_details.utils.errors import run_main
+
+    main = script_main(script)
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        # tqdm's default lock holds a semaphore shared with every process forked after it was made: a child killed
+        # while it held it (SIGKILL in a progress bar's write) would leave it taken for the test's own bars
+        tqdm.set_lock(threading.RLock())
+        torch.set_num_threads(1)
+        out = open(stdout if stdout is not None else os.devnull, "w", buffering=1)
+        err = open(stderr, "w", buffering=1) if stderr is not None else out
+        with as_a_new_process(env_extra, cwd):
+            sys.stdout, sys.stderr = out, err
+            sys.argv = [str(ROOT / script) if str(script).endswith(".py") else str(script), *map(str, args)]
+            if before is not None:
+                before()
+            try:
+                run_main(lambda: main([str(a) for a in args]))
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

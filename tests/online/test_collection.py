@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.events import drive, events_env
+from helpers.events import drive
 from helpers.online import FakePolicy, FakeSampler, online_args
-from helpers.processes import in_process
+from helpers.processes import forked, in_process
+from helpers.site.lmhp_events import EVENTS
 
 from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
@@ -165,19 +166,20 @@ KILLS = {
 
 
 def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
-    """Run (or --resume) the small online run with the events hook on, SIGKILL it at the event ``at``."""
+    """Run (or --resume) the small online run, a fork of this process with the events hook on (`forked`: a process of
+    its own without a new interpreter's imports), and SIGKILL it at the event ``at``. ``env``: the variables it sees
+    beside this process's."""
     events = run_dir.parent / f"events_{at.replace(' ', '_')}"
-    process = subprocess.Popen(policy_command(run_dir, *(["--resume"] if resume else [])), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=events_env(events, env),
-                               cwd=run_dir.parent)
+    pid = forked("train_policy.py", *policy_command(run_dir, *(["--resume"] if resume else []))[2:],
+                 env_extra={**env, EVENTS: events}, cwd=run_dir.parent)
     seen: list[str] = []
 
     def act(event: str) -> None:
         seen.append(event)
         if " | ".join(seen[-2:]) == at or (" | " not in at and event == at):
-            os.kill(process.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
-    code, _ = drive(process.pid, events, act)
+    code, _ = drive(pid, events, act)
     assert code == -signal.SIGKILL, f"not killed at {at!r}; events {seen}"
 
 
@@ -197,16 +199,16 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
     fresh run per case: each kill still leaves the state its case names, and one resume to the end serves both.
     Seconds: four runs (the last in this process), each a model load and what it redoes after its last checkpoint."""
     run_dir = tmp_path_factory.mktemp("killed") / "run"
-    env = environment(offline_cache)
+    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
     left = {}
     for i, (at, _) in enumerate(kill for kills in KILLS.values() for kill in kills):
         killed_at(run_dir, env, at, resume=i > 0)
         left[at] = what_is_left(run_dir)
     assert not (run_dir / "summary.json").exists()  # killed before its end, every time
     # the last resume runs to the end in this process (helpers.processes.in_process: the same run bit for bit on one thread,
-    # without a new interpreter's imports); the killed runs and the uninterrupted one are real processes
-    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=run_dir.parent,
-               env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
+    # without a new interpreter's imports); the killed runs are processes of their own (forks of this one), the
+    # uninterrupted one a new interpreter
+    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=run_dir.parent, env_extra=env)
     return run_dir, left
 
 

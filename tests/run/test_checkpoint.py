@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.errors import assert_one_error_line
-from helpers.events import drive, events_env
+from helpers.events import drive
+from helpers.processes import forked
+from helpers.site.lmhp_events import EVENTS
 
 from lm_human_preference_details.run import checkpoint as ckpt
 from lm_human_preference_details.run.checkpoint import check_finite, list_checkpoints, load_checkpoint, save_checkpoint
@@ -101,33 +102,25 @@ TINY_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.tru
 UPDATES = 6
 
 
-# Every run of this file on one CPU thread, in this process (helpers.fixtures.one_thread) and in the subprocesses (`_env`): on
+# Every run of this file on one CPU thread, in this process (helpers.fixtures.one_thread) and in its forks (`forked`): on
 # two, these tiny runs spent ~40% more CPU time (OpenMP's threads waiting for work), and runs compared bit for bit share
 # a count.
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _env():
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1"}  # a killed run's printed lines are not lost
+def die_in_save(die_at: int) -> None:
+    """In a run's process: its checkpoint writer dies half-way through the ``die_at``-th checkpoint file, as a kill -9
+    there leaves it."""
+    real, calls = ckpt.write_state, []
 
+    def die_half_way(state, path):
+        real(state, path)
+        calls.append(path)
+        if len(calls) == die_at:
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
 
-# train_policy.py whose checkpoint writer dies half-way through the Nth checkpoint file, like a kill -9 there
-DIE_IN_SAVE = """
-import os, runpy, signal, sys
-from lm_human_preference_details.run import checkpoint
-real, calls, die_at = checkpoint.write_state, [], int(sys.argv[1])
-def die_half_way(state, path):
-    real(state, path)
-    calls.append(path)
-    if len(calls) == die_at:
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-        os.kill(os.getpid(), signal.SIGKILL)
-checkpoint.write_state = die_half_way
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+    ckpt.write_state = die_half_way
 
 
 @pytest.fixture(scope="module")
@@ -162,26 +155,21 @@ def whole(assets, reward_dir, tmp_path_factory):
     return run
 
 
-def start(argv, *extra, die_in_save=0):
-    prefix = [sys.executable, "-c", DIE_IN_SAVE, str(die_in_save)] if die_in_save else [sys.executable]
-    return subprocess.Popen([*prefix, str(ROOT / "train_policy.py"), *argv, *extra], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "") -> tuple[int, list[str], str, str]:
-    """train_policy.py ``argv`` --resume with the run's events hook on (helpers.events), killed (SIGKILL) at the event
-    ``kill_at`` or sent SIGTERM at ``term_at``; output in files beside ``name``. -> (exit code, events, stdout, stderr)."""
+def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "", before=None) -> tuple[int, list[str], str, str]:
+    """train_policy.py ``argv`` in a process of its own (a fork of this one, `forked`: the test's imports are the run's),
+    with the run's events hook on (helpers.events), killed (SIGKILL) at the event ``kill_at`` or sent SIGTERM at
+    ``term_at``; ``before``: a fault its process injects first; output in files beside ``name``. -> (exit code, events,
+    stdout, stderr)."""
     events = name.with_suffix(".events")
 
     def act(event: str) -> None:
         if event in (kill_at, term_at):
-            os.kill(proc.pid, signal.SIGKILL if event == kill_at else signal.SIGTERM)
+            os.kill(pid, signal.SIGKILL if event == kill_at else signal.SIGTERM)
 
-    with open(name.with_suffix(".out"), "w") as out, open(name.with_suffix(".err"), "w") as err:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "train_policy.py"), *argv, "--resume"], cwd=ROOT,
-                                env=events_env(events, _env()), stdout=out, stderr=err)
-    proc.returncode, seen = drive(proc.pid, events, act)
-    return proc.returncode, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
+    pid = forked("train_policy.py", *argv, env_extra={EVENTS: events, "PYTHONUNBUFFERED": "1"}, cwd=ROOT,
+                 stdout=name.with_suffix(".out"), stderr=name.with_suffix(".err"), before=before)
+    code, seen = drive(pid, events, act)
+    return code, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
 
 
 def rows(run_dir):
@@ -228,14 +216,13 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     argv = policy_argv(assets, run, reward_dir)
     # 1. kill -9 half-way through the file of the second checkpoint (update 4), written by the saving thread while
     # the training loop goes on: the first checkpoint (update 2) stays the last good one
-    in_save = start(argv, die_in_save=2)
-    in_save.communicate()
-    assert in_save.returncode == -signal.SIGKILL
+    code, _, _, err = hooked_run(argv, tmp_path / "in_save", before=lambda: die_in_save(2))
+    assert code == -signal.SIGKILL, err[-3000:]
     half_written = list((run / "checkpoints").glob(".lmhp-tmp~*~update_00000004~*"))
     assert half_written and [p.name for p in list_checkpoints(run)] == ["update_00000002"]
     assert steps(run)[:4] == [0, 1, 2, 3] and steps(run) == list(range(len(steps(run))))
     # 2. resumed from update 2, its later logs dropped; kill -9 at its first update, 2 (the run stands still there)
-    code, _, out, _ = hooked_run(argv, tmp_path / "killed", kill_at="update 2")
+    code, _, out, _ = hooked_run([*argv, "--resume"], tmp_path / "killed", kill_at="update 2")
     assert code == -signal.SIGKILL
     # first its resume line (it drops the killed run's later rows, which held update 3 at least)
     assert out.splitlines()[0] == f"resume: continuing from {run / 'checkpoints' / 'update_00000002'}"
@@ -244,7 +231,7 @@ def test_killed_stopped_and_resumed_run_equals_an_uninterrupted_one(assets, rewa
     # 3. resumed, then SIGTERM (a preempted job) during its first update: it finishes the update, saves and exits with
     # one line
     resumed_at = 2
-    code, seen, _, err = hooked_run(argv, tmp_path / "stopped", term_at=f"update {resumed_at}")
+    code, seen, _, err = hooked_run([*argv, "--resume"], tmp_path / "stopped", term_at=f"update {resumed_at}")
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert seen[0] == f"update {resumed_at}" and resumed_at < UPDATES - 1
     line = assert_one_error_line(subprocess.CompletedProcess(argv, code, "", err), status=128 + signal.SIGTERM, alone=False)
