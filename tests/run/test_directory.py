@@ -20,7 +20,7 @@ import pytest
 import torch
 from helpers.errors import assert_one_error_line
 from helpers.events import drive
-from helpers.processes import refused_in_process
+from helpers.processes import forked, refused_in_process
 from helpers.runs import end_of_update, run_args
 from helpers.site.lmhp_events import EVENTS
 from tqdm import tqdm
@@ -479,32 +479,8 @@ def test_the_scripts_never_delete_what_is_not_theirs(assets, tmp_path):
     assert snapshot(tmp_path) == before
 
 
-def forked_script(name: str, argv: list, events: Path, log: Path) -> int:
-    """``python NAME ARGV`` as `run_main(main)` in a fork of this process (a new interpreter would add only its imports),
-    on one thread, with the events hook on and its output to ``log`` -> the child's pid."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        os.environ[EVENTS] = str(events)
-        own_progress_lock()
-        torch.set_num_threads(1)  # as OMP_NUM_THREADS=1: no thread pool of the parent's is used in the child
-        sys.stdout = sys.stderr = open(log, "w", buffering=1)
-        main = {"train_reward.py": train_reward.main, "train_policy.py": train_policy.main}[name]
-        run_main(lambda: main([str(a) for a in argv]))
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        os._exit(code)
-
-
 def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
-    """The first run is a process of its own (a fork, `forked_script`), stopped at its first batch while it holds the
+    """The first run is a process of its own (a fork, helpers.processes.forked), stopped at its first batch while it holds the
     directory, 2 batches in all; the second, refused at the directory's lock before any model loads, runs in this
     process (`script`)."""
     out = tmp_path / "run"
@@ -518,7 +494,7 @@ def test_two_runs_into_one_new_directory_cannot_both_proceed(assets, tmp_path):
         if not second:
             second.append(script("train_reward.py", *argv, "--resume"))
 
-    code, seen = drive(forked_script("train_reward.py", argv, events, log), events, race)
+    code, seen = drive(forked("train_reward.py", *argv, env_extra={EVENTS: events}, stdout=log), events, race)
     assert code == 0, log.read_text()[-3000:]
     assert seen[0] == "update 0" and len(second) == 1
     refused(second[0], "is in use by a live run")
