@@ -3,6 +3,8 @@
     DIR/tiny-gpt2/      tokenizer + randomly initialised GPT-2 (2 layers, 64 wide, 50257 vocab)
     DIR/queries.txt     passages separated by blank lines (a local query dataset)
     DIR/labels.json     best-of-4 labels in OpenAI's exact schema (pads 50259)
+    DIR/short_labels.json  the same for queries of 16 tokens and responses of 8 (SHORT_TASK): for runs whose promise
+                        does not depend on their sizes, each sampled token costing a pass of the 50257-token head
 """
 
 from __future__ import annotations
@@ -50,7 +52,13 @@ def write_assets(out: str | Path, num_labels: int = 256, query_length: int = 64,
         tmp.write_text("\n\n".join(corpus(400, seed=0)) + "\n")
     with atomic_path(out / "labels.json") as tmp:
         tmp.write_text(json.dumps(synthetic_labels(num_labels, query_length, response_length, tokenizer)))
+    with atomic_path(out / "short_labels.json") as tmp:
+        tmp.write_text(json.dumps(synthetic_labels(64, 16, 8, tokenizer)))
     return out
+
+
+# the task flags that go with short_labels.json
+SHORT_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.truncate-after", 4]
 
 
 def reward_args(assets, out, seed=3, num_train=64):

@@ -18,6 +18,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from helpers.assets import SHORT_TASK
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,13 +38,14 @@ def launch(script: Path | str, processes: int, *args, env_extra: dict | None = N
 def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
     """A policy run with --exact-ranks (4 emulated ranks) that trains its reward model first (2 batches of 16 labels),
     then 2 PPO updates, a checkpoint after each (both kept), on 1 process (in this one, `in_process`) or under torchrun.
+    Queries of 16 tokens and responses of 8 (helpers.assets.SHORT_TASK: what is promised does not depend on them).
     Two updates are the least that shows both promises: update 1 samples from weights that update 0 trained, and a
     resume from the update-1 checkpoint (which reuses the finished reward model) has one update left to run. Both
     phases in one run: a torchrun launch costs three interpreters' imports, more than a phase's own work."""
     new = "--rewards.train-new-model."
-    args = ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train",
-            32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32, f"{new}normalize-samples", 32,
-            f"{new}eval-labels", 0, "--task.query-dataset", assets / "queries.txt", "--task.truncate-after", 8,
+    args = ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "short_labels.json",
+            f"{new}labels.num-train", 32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32,
+            f"{new}normalize-samples", 32, f"{new}eval-labels", 0, "--task.query-dataset", assets / "queries.txt", *SHORT_TASK,
             "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
             "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
             "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.assets import SHORT_TASK
 from helpers.processes import beside_its_pair, in_process, launch
 from helpers.runs import assert_same_run
 
@@ -117,11 +118,13 @@ def test_blocks_and_row_slices():
 
 
 def _combined_args(assets):
-    """A policy run that trains its reward model first (2 batches of 16 labels), then 1 PPO update of 32 episodes."""
+    """A policy run that trains its reward model first (2 batches of 16 labels), then 1 PPO update of 32 episodes;
+    queries of 16 tokens, responses of 8 (SHORT_TASK)."""
     new = "--rewards.train-new-model."
-    return ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "labels.json", f"{new}labels.num-train",
-            32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32, f"{new}normalize-samples", 32,
-            f"{new}eval-labels", 0, f"{new}seed", 3, "--task.query-dataset", assets / "queries.txt",
+    return ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "short_labels.json",
+            f"{new}labels.num-train", 32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32,
+            f"{new}normalize-samples", 32, f"{new}eval-labels", 0, f"{new}seed", 3, "--task.query-dataset",
+            assets / "queries.txt", *SHORT_TASK,
             "--ppo.total-episodes", 32, "--ppo.batch-size", 32, "--ppo.nminibatches", 2, "--ppo.noptepochs", 2,
             "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--device", "cpu"]
 
