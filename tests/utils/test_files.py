@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -73,33 +72,47 @@ def test_an_incomplete_assets_directory_is_built_again(tmp_path, monkeypatch):
     assert (out / "labels.json").is_file() and (out / "queries.txt").read_text() != "cut short\n"
 
 
-BUILD = textwrap.dedent('''
-    import sys, time
-    from pathlib import Path
-    from lm_human_preference_details.offline.assets import ensure_offline_assets
-    go = Path(sys.argv[2])
-    Path(sys.argv[3]).touch()  # imported: ready
-    while not go.exists():  # every process starts building at the same moment
-        time.sleep(0.01)
-    ensure_offline_assets(Path(sys.argv[1]))
-''')
+def forked_builder(out: Path, go: Path, ready: Path, log: Path) -> int:
+    """A process of its own (a fork of this one: a new interpreter would add only its imports) that says it is ready,
+    waits for ``go``, then runs the real builder -> its pid; its output goes to ``log``."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        from tqdm import tqdm
+
+        tqdm.set_lock(threading.RLock())  # a lock of its own (helpers.processes.forked says why)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        ready.touch()
+        while not go.exists():  # every process starts building at the same moment
+            time.sleep(0.01)
+        from lm_human_preference_details.offline.assets import ensure_offline_assets
+
+        ensure_offline_assets(out)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
 
 
 def test_three_processes_build_the_offline_assets_once(tmp_path):
     """The real builder, as every torchrun process runs it before the process group exists (RunArgs.finalize_run)."""
     out, go = tmp_path / "cache" / "offline", tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    env.pop("RANK", None)
     ready = [tmp_path / f"ready{i}" for i in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-c", BUILD, str(out), str(go), str(r)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in ready]
+    logs = [tmp_path / f"builder{i}.log" for i in range(3)]
+    pids = [forked_builder(out, go, r, log) for r, log in zip(ready, logs)]
     deadline = time.monotonic() + 300
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         time.sleep(0.05)
     go.touch()
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    text = "\n".join(outputs)
-    assert all(p.returncode == 0 for p in procs), text[-3000:]
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    text = "\n".join(log.read_text() for log in logs)
+    assert codes == [0, 0, 0], text[-3000:]
     assert text.count("(once)") == 1, text[-3000:]  # built by one process
     assert text.count("waiting for pid") >= 1, text[-3000:]  # the others waited for its lock, and said so
     assert (out / "labels.json").is_file()
