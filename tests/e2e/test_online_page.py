@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from helpers.browser import browser, browser_paths, give_name  # noqa: F401  (the fixture, and Chromium's paths)
 from helpers.labelling import ROOT, label_env, tiny_offline_cache
+from helpers.processes import ForkedProcess
 
 from lm_human_preference_details.language.tokenizer import decode, load_tokenizer
 from lm_human_preference_details.utils.errors import UserError
@@ -40,12 +41,12 @@ SMALL = ["--task", "offline", "--task.query-length", "64", "--ppo.total-episodes
 
 
 class Run:
-    """train_policy.py in a subprocess (its own process group), its output read line by line on a thread."""
+    """train_policy.py in a process of its own (a fork of this one, helpers.processes.ForkedProcess: a new interpreter
+    would add only its imports) leading its own process group, its output read line by line on a thread."""
 
     def __init__(self, run_dir: Path, env: dict, *extra: str):
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "train_policy.py"), *SMALL, "--output-dir",
-                                         str(run_dir), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, env=env, cwd=run_dir.parent, start_new_session=True)
+        self.process = ForkedProcess("train_policy.py", *SMALL, "--output-dir", run_dir, *extra, cwd=run_dir.parent,
+                                     env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
         self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in self.process.stdout],

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -155,14 +156,16 @@ def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
 
 
 def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
-           stdout: Path | None = None, stderr: Path | None = None, before: Callable[[], None] | None = None) -> int:
+           stdout: Path | int | None = None, stderr: Path | None = None, before: Callable[[], None] | None = None,
+           new_session: bool = False) -> int:
     """``python SCRIPT ARGS`` as `run_main(main)` in a fork of this process -> the child's pid, for a run that a test
     kills, stops or drives (`helpers.events.drive`, with ``env_extra`` setting $LMHP_TEST_EVENTS): a process of its own,
     as a user's run is, without a new interpreter's imports (torch's and transformers', ~4 s of CPU). The child sees
     ``env_extra`` and ``cwd`` as a fresh process would (`as_a_new_process`), runs on one thread (no thread pool of the
     parent's is used in it), draws its progress bars under a lock of its own, writes its output to the files
-    ``stdout`` and ``stderr`` (default: stdout's; none: nowhere), calls ``before()`` first (a fault to inject), and
-    exits with the status the script's command line would give."""
+    ``stdout`` (a path, or a pipe's descriptor) and ``stderr`` (default: stdout's; none: nowhere), calls ``before()``
+    first (a fault to inject), leads a session of its own with ``new_session`` (as Popen(start_new_session=True): a
+    kill of its process group ends all it started), and exits with the status the script's command line would give."""
     from tqdm import tqdm
 
     from lm_human_preference_details.utils.errors import run_main
@@ -177,7 +180,9 @@ def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path |
         # while it held it (SIGKILL in a progress bar's write) would leave it taken for the test's own bars
         tqdm.set_lock(threading.RLock())
         torch.set_num_threads(1)
-        out = open(stdout if stdout is not None else os.devnull, "w", buffering=1)
+        if new_session:
+            os.setsid()
+        out = open(stdout if stdout is not None else os.devnull, "w", buffering=1, closefd=not isinstance(stdout, int))
         err = open(stderr, "w", buffering=1) if stderr is not None else out
         with as_a_new_process(env_extra, cwd):
             sys.stdout, sys.stderr = out, err
@@ -195,3 +200,34 @@ def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path |
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+class ForkedProcess:
+    """A script run in a fork of this process (`forked`), its output read from a pipe, handled as a subprocess.Popen:
+    ``pid``, ``stdout`` (its output and errors, as text), ``poll``, ``wait``, ``send_signal``, ``returncode``."""
+
+    def __init__(self, script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None):
+        read, write = os.pipe()
+        self.pid = forked(script, *args, env_extra=env_extra, cwd=cwd, stdout=write, new_session=True)
+        os.close(write)  # the child's copy is the only one: its exit ends the parent's reading
+        self.stdout = os.fdopen(read, "r")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
