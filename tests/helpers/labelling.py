@@ -1,18 +1,18 @@
-"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a subprocess or in a
-thread, the page's calls made over HTTP, and a directory's entries to compare before and after."""
+"""What the labelling tests share: the offline task on the tests' tiny assets, a labelling server in a process of its own
+or in a thread, the page's calls made over HTTP, and a directory's entries to compare before and after."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from helpers.processes import ForkedProcess
 from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.server import LabelServer
 from lm_human_preference_details.labelling.session import LabelSession
@@ -49,10 +49,12 @@ def label_command(output: Path, *extra: str, port: str | None = "0") -> list[str
             "--num-queries", "8", *(["--port", port] if port is not None else []), "--device", "cpu", *extra]
 
 
-def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0") -> tuple[subprocess.Popen, str, list[str]]:
-    """A labelling server of the offline task in a subprocess -> (process, its URL, the lines it printed)."""
-    proc = subprocess.Popen(label_command(output, *extra, port=port), cwd=output.parent, env=label_env(cache),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0") -> tuple[ForkedProcess, str, list[str]]:
+    """A labelling server of the offline task, `python -m lm_human_preference_details.label` in a process of its own (a
+    fork of this one, helpers.processes.ForkedProcess: a new interpreter would add only its imports) -> (process, its
+    URL, the lines it printed)."""
+    env = {k: v for k, v in label_env(cache).items() if os.environ.get(k) != v}
+    proc = ForkedProcess(*label_command(output, *extra, port=port)[2:], env_extra=env, cwd=output.parent)
     lines = []
     for line in proc.stdout:  # ends when the process does: a failed start is reported below, not waited on
         lines.append(line.rstrip("\n"))

@@ -186,7 +186,7 @@ def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path |
         err = open(stderr, "w", buffering=1) if stderr is not None else out
         with as_a_new_process(env_extra, cwd):
             sys.stdout, sys.stderr = out, err
-            sys.argv = [str(ROOT / script) if str(script).endswith(".py") else str(script), *map(str, args)]
+            sys.argv = [sys.modules[main.__module__].__file__, *map(str, args)]  # as the interpreter sets it
             if before is not None:
                 before()
             try:
