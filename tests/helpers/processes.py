@@ -206,11 +206,15 @@ class ForkedProcess:
     """A script run in a fork of this process (`forked`), its output read from a pipe, handled as a subprocess.Popen:
     ``pid``, ``stdout`` (its output and errors, as text), ``poll``, ``wait``, ``send_signal``, ``returncode``."""
 
-    def __init__(self, script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None):
-        read, write = os.pipe()
+    def __init__(self, script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
+                 output: bool = True):
+        """``output`` False: its output goes nowhere, and ``stdout`` is None (Popen's stdout=DEVNULL)."""
+        read, write = os.pipe() if output else (None, None)
         self.pid = forked(script, *args, env_extra=env_extra, cwd=cwd, stdout=write, new_session=True)
-        os.close(write)  # the child's copy is the only one: its exit ends the parent's reading
-        self.stdout = os.fdopen(read, "r")
+        self.stdout = None
+        if output:
+            os.close(write)  # the child's copy is the only one: its exit ends the parent's reading
+            self.stdout = os.fdopen(read, "r")
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
