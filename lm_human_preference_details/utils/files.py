@@ -124,6 +124,10 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+ANOTHER = "another process"  # a lock whose holder line cannot be read (yet)
+HOLDER_LINE_WAIT_S = 1.0  # how long a waiter looks for the holder's line before it says "another process"
+
+
 @contextlib.contextmanager
 def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
     """Hold the build lock of the cache entry ``entry`` (``.lmhp-building~NAME`` beside it, `hold_lock`) while the
@@ -143,7 +147,7 @@ def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
 
 def _take(path: Path, poll_s: float) -> FileLock | None:
     """The lock file ``path`` held by this process, waited for; None where no lock can be taken."""
-    said, unnamed = False, 0
+    said, name_by = False, None
     while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,9 +157,9 @@ def _take(path: Path, poll_s: float) -> FileLock | None:
         if lock is not None:
             return lock
         holder = lock_holder(path)
-        if holder == ANOTHER and unnamed < 20:  # a holder writes its line just after taking the lock: look again soon
-            unnamed += 1
-            time.sleep(min(poll_s, 0.05))
+        name_by = time.monotonic() + HOLDER_LINE_WAIT_S if name_by is None else name_by
+        if holder == ANOTHER and not said and time.monotonic() < name_by:  # a holder writes its line just after
+            time.sleep(min(poll_s, 0.05))  # taking the lock: look again soon
             continue
         if not said and torchrun_rank() == "0":  # under torchrun, process 0 says it
             print(f"waiting for {holder} to build {path.parent / path.name.split('~', 1)[1]}", flush=True)
@@ -180,9 +184,6 @@ def hold_lock(path: Path) -> FileLock | None:
         lock.release()
         raise
     return lock
-
-
-ANOTHER = "another process"  # a lock whose holder line cannot be read (yet)
 
 
 def lock_holder(path: Path) -> str:

@@ -164,7 +164,7 @@ def test_a_held_lock_names_its_holder_and_a_cache_lock_leaves_no_file(tmp_path, 
     assert not (tmp_path / ".lmhp-building~other").exists()
 
 
-def test_a_waiter_names_a_holder_whose_line_comes_a_moment_after_its_lock(tmp_path, capsys):
+def test_a_waiter_names_a_holder_whose_line_comes_a_moment_after_its_lock(tmp_path, capsys, monkeypatch):
     """The holder writes its line just after taking the lock: a waiter that looks in between waits for the line rather
     than saying "another process" (three processes starting at once caught it there); a line that never comes is
     "another process"."""
@@ -185,6 +185,9 @@ def test_a_waiter_names_a_holder_whose_line_comes_a_moment_after_its_lock(tmp_pa
     entered[0].__exit__(None, None, None)
     out = capsys.readouterr().out
     assert out.count("waiting for") == 1 and "waiting for pid 12345 on elsewhere to build" in out, out
+    from lm_human_preference_details.utils import files
+
+    monkeypatch.setattr(files, "HOLDER_LINE_WAIT_S", 0.2)  # (1 s by default)
     held = FileLock(path, is_singleton=False, thread_local=False)
     held.acquire()  # a holder that never writes its line (another tool's lock)
     entered = [cache_lock(tmp_path / "entry", poll_s=0.01)]
