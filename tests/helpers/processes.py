@@ -155,22 +155,16 @@ def refused_in_process(script, argv, cwd, env_extra: dict | None = None):
     return subprocess.CompletedProcess([script, *argv], code, out.getvalue(), stderr)
 
 
-def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
-           stdout: Path | int | None = None, stderr: Path | None = None, before: Callable[[], None] | None = None,
-           new_session: bool = False) -> int:
-    """``python SCRIPT ARGS`` as `run_main(main)` in a fork of this process -> the child's pid, for a run that a test
-    kills, stops or drives (`helpers.events.drive`, with ``env_extra`` setting $LMHP_TEST_EVENTS): a process of its own,
-    as a user's run is, without a new interpreter's imports (torch's and transformers', ~4 s of CPU). The child sees
-    ``env_extra`` and ``cwd`` as a fresh process would (`as_a_new_process`), runs on one thread (no thread pool of the
-    parent's is used in it), draws its progress bars under a lock of its own, writes its output to the files
-    ``stdout`` (a path, or a pipe's descriptor) and ``stderr`` (default: stdout's; none: nowhere), calls ``before()``
-    first (a fault to inject), leads a session of its own with ``new_session`` (as Popen(start_new_session=True): a
-    kill of its process group ends all it started), and exits with the status the script's command line would give."""
+def in_fork(work: Callable[[], int | None], stdout: Path | int | None = None, stderr: Path | None = None,
+            new_session: bool = False) -> int:
+    """``work()`` in a fork of this process -> the child's pid: a process of its own without a new interpreter's imports
+    (torch's and transformers', ~7 CPU s here). The child runs on one thread (no thread pool of the parent's is used in
+    it), draws its progress bars under a lock of its own, writes its output to ``stdout`` (a path, or a pipe's
+    descriptor) and ``stderr`` (default: stdout's; none given: nowhere), leads a session of its own with ``new_session``
+    (as Popen(start_new_session=True): a kill of its process group ends all it started), and exits with what ``work``
+    returns (None: 0), or 1 with the traceback after an exception."""
     from tqdm import tqdm
 
-    from lm_human_preference_details.utils.errors import run_main
-
-    main = script_main(script)
     pid = os.fork()
     if pid:
         return pid
@@ -183,23 +177,42 @@ def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path |
         if new_session:
             os.setsid()
         out = open(stdout if stdout is not None else os.devnull, "w", buffering=1, closefd=not isinstance(stdout, int))
-        err = open(stderr, "w", buffering=1) if stderr is not None else out
-        with as_a_new_process(env_extra, cwd):
-            sys.stdout, sys.stderr = out, err
-            sys.argv = [sys.modules[main.__module__].__file__, *map(str, args)]  # as the interpreter sets it
-            if before is not None:
-                before()
-            try:
-                run_main(lambda: main([str(a) for a in args]))
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (e.code is not None)
+        sys.stdout, sys.stderr = out, open(stderr, "w", buffering=1) if stderr is not None else out
+        code = work() or 0
     except BaseException:
         traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
+           stdout: Path | int | None = None, stderr: Path | None = None, before: Callable[[], None] | None = None,
+           new_session: bool = False) -> int:
+    """``python SCRIPT ARGS`` as `run_main(main)` in a fork of this process (`in_fork`, with its ``stdout``, ``stderr``
+    and ``new_session``) -> the child's pid, for a run that a test kills, stops or drives (`helpers.events.drive`, with
+    ``env_extra`` setting $LMHP_TEST_EVENTS): a process of its own, as a user's run is. The child sees ``env_extra`` and
+    ``cwd`` as a fresh process would (`as_a_new_process`), calls ``before()`` first (a fault to inject), and exits with
+    the status the script's command line would give."""
+    from lm_human_preference_details.utils.errors import run_main
+
+    main = script_main(script)
+
+    def run() -> int:
+        out, err = sys.stdout, sys.stderr
+        with as_a_new_process(env_extra, cwd):
+            sys.stdout, sys.stderr = out, err  # the fork's files, not as_a_new_process's capture
+            sys.argv = [sys.modules[main.__module__].__file__, *map(str, args)]  # as the interpreter sets it
+            if before is not None:
+                before()
+            try:
+                run_main(lambda: main([str(a) for a in args]))
+            except SystemExit as e:
+                return e.code if isinstance(e.code, int) else (e.code is not None)
+            return 0
+
+    return in_fork(run, stdout, stderr, new_session)
 
 
 class ForkedProcess:

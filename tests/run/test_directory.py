@@ -13,17 +13,15 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.errors import assert_one_error_line
 from helpers.events import drive
-from helpers.processes import forked, refused_in_process
+from helpers.processes import forked, in_fork, refused_in_process
 from helpers.runs import end_of_update, run_args
 from helpers.site.lmhp_events import EVENTS
-from tqdm import tqdm
 
 import train_policy
 import train_reward
@@ -176,27 +174,18 @@ def test_a_finished_reward_run_is_reused_and_an_unfinished_one_trained_again(tmp
     assert "deleting the unfinished run" in capsys.readouterr().out and (out / "notes.txt").read_text() == "kept"
 
 
-def own_progress_lock() -> None:
-    """In a forked child: a tqdm lock of its own. tqdm's default lock holds a semaphore shared with every process forked
-    after it was made; a child killed while it held it (SIGKILL in a progress bar's write) would leave it taken for good,
-    and the next process to draw a bar, the test's own included, would wait on it forever (seen: a hung suite)."""
-    tqdm.set_lock(threading.RLock())
-
-
 def test_a_live_run_holds_its_directory_and_a_killed_one_does_not(tmp_path):
     """The holder is a fork of this process (the lock is the kernel's, per process: a new interpreter would add only its
     imports)."""
     out = tmp_path / "run"
     read, write = os.pipe()
-    holder = os.fork()
-    if holder == 0:  # a run that stands in its directory until it is killed
-        try:
-            own_progress_lock()
-            with Run(run_args(out), "policy", inputs=[], ranks=Ranks(1, 1)):
-                os.write(write, b"locked")
-                signal.pause()
-        finally:
-            os._exit(1)
+
+    def stand() -> None:  # a run that stands in its directory until it is killed
+        with Run(run_args(out), "policy", inputs=[], ranks=Ranks(1, 1)):
+            os.write(write, b"locked")
+            signal.pause()
+
+    holder = in_fork(stand)
     os.close(write)
     try:
         assert os.read(read, 6) == b"locked"
@@ -529,24 +518,16 @@ def user_home(home: Path) -> None:
         (home / name).write_bytes(f"user file in a run {i}: ".encode() + os.urandom(16))
 
 
-def forked_run(path: str, kind: str, inputs: list[str], flags: dict, events: Path, log: Path) -> None:
-    """In a forked child: `fake_train` with the events hook on, its output to ``log``; exit 0 when it ran (or reused a
-    finished run), 3 when it was refused (the error in the log), 1 on anything else (the traceback in the log)."""
-    code = 1
+def fake_train_in_fork(path: str, kind: str, inputs: list[str], flags: dict, events: Path) -> int:
+    """In a forked child (`in_fork`): `fake_train` with the events hook on -> its exit status: 0 when it ran (or reused a
+    finished run), 3 when it was refused (the error printed)."""
+    os.environ[EVENTS] = str(events)
     try:
-        os.environ[EVENTS] = str(events)
-        own_progress_lock()  # some children are killed inside a progress bar's write
-        sys.stdout = sys.stderr = open(log, "w", buffering=1)
         fake_train(path, kind, updates=4, inputs=inputs, **flags)
-        code = 0
     except UserError as e:
         print(f"error: {e}")
-        code = 3
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        os._exit(code)
+        return 3
+    return 0
 
 
 CLEARED, RESUMED = "cleared a run (--overwrite, or an unfinished reward run)", "resumed from a checkpoint"
@@ -572,9 +553,8 @@ def random_run(rng: random.Random, home: Path, work: Path) -> list[str]:
             killed.append(event)
 
     events, log = work.with_suffix(".events"), work.with_suffix(".log")
-    pid = os.fork()
-    if pid == 0:
-        forked_run(str(home / out) if out else "", kind, inputs, flags, events, log)
+    # some children are killed inside a progress bar's write: in_fork gives each a progress lock of its own
+    pid = in_fork(lambda: fake_train_in_fork(str(home / out) if out else "", kind, inputs, flags, events), stdout=log)
     code, _ = drive(pid, events, act)
     output = log.read_text()
     if killed:

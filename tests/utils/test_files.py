@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers.processes import in_process
+from helpers.processes import in_fork, in_process
 
 from lm_human_preference_details.utils.downloads import fetch
 from lm_human_preference_details.utils.files import HOST, cache_lock, hold_lock, lock_holder
@@ -72,32 +72,14 @@ def test_an_incomplete_assets_directory_is_built_again(tmp_path, monkeypatch):
     assert (out / "labels.json").is_file() and (out / "queries.txt").read_text() != "cut short\n"
 
 
-def forked_builder(out: Path, go: Path, ready: Path, log: Path) -> int:
-    """A process of its own (a fork of this one: a new interpreter would add only its imports) that says it is ready,
-    waits for ``go``, then runs the real builder -> its pid; its output goes to ``log``."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        from tqdm import tqdm
+def build_when_told(out: Path, go: Path, ready: Path) -> None:
+    """In a forked builder: say it is ready, wait for ``go``, then run the real builder."""
+    from lm_human_preference_details.offline.assets import ensure_offline_assets
 
-        tqdm.set_lock(threading.RLock())  # a lock of its own (helpers.processes.forked says why)
-        sys.stdout = sys.stderr = open(log, "w", buffering=1)
-        ready.touch()
-        while not go.exists():  # every process starts building at the same moment
-            time.sleep(0.01)
-        from lm_human_preference_details.offline.assets import ensure_offline_assets
-
-        ensure_offline_assets(out)
-        code = 0
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        os._exit(code)
+    ready.touch()
+    while not go.exists():  # every process starts building at the same moment
+        time.sleep(0.01)
+    ensure_offline_assets(out)
 
 
 def test_three_processes_build_the_offline_assets_once(tmp_path):
@@ -105,7 +87,8 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
     out, go = tmp_path / "cache" / "offline", tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(3)]
     logs = [tmp_path / f"builder{i}.log" for i in range(3)]
-    pids = [forked_builder(out, go, r, log) for r, log in zip(ready, logs)]
+    # processes of their own, forks of this one (a new interpreter each would add only its imports)
+    pids = [in_fork(lambda r=r: build_when_told(out, go, r), stdout=log) for r, log in zip(ready, logs)]
     deadline = time.monotonic() + 300
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         time.sleep(0.05)
