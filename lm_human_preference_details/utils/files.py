@@ -35,6 +35,10 @@ HOST = socket.gethostname().replace("~", "-")
 # how long a process whose view of a directory all nodes share differs from process 0's looks again before the job
 # ends: a file system shared over NFS may show another node's new files after its attribute cache expires (acdirmin: 30 s)
 SHARED_DIR_WAIT_S = 30.0
+ANOTHER = "another process"  # a lock whose holder line cannot be read (yet)
+HOLDER_LINE_WAIT_S = 1.0  # how long a waiter looks for the holder's line before it says "another process"
+
+
 def _owner_gone(name: str) -> bool:
     """Whether the process that made our temporary ``name`` (``PREFIX~HOST~PID~...``) has ended."""
     parts = name.split("~")
@@ -122,10 +126,6 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp / final.name, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-ANOTHER = "another process"  # a lock whose holder line cannot be read (yet)
-HOLDER_LINE_WAIT_S = 1.0  # how long a waiter looks for the holder's line before it says "another process"
 
 
 @contextlib.contextmanager

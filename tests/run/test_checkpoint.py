@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.assets import SHORT_TASK
 from helpers.errors import assert_one_error_line
 from helpers.events import drive
 from helpers.processes import forked
@@ -95,10 +96,9 @@ def test_a_corrupt_checkpoint_is_one_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ whole runs
-# CI-sized runs: 6 updates of 8 episodes, queries of 16 tokens, responses of 8, a checkpoint every 2 updates. Six are
-# the least the killed run needs: the second checkpoint (update 4) to die in, then a stopped update 2 that leaves one
-# more update after it saves (update 3) to resume into.
-TINY_TASK = ["--task.query-length", 16, "--task.response-length", 8, "--task.truncate-after", 4]
+# CI-sized runs: 6 updates of 8 episodes, queries of 16 tokens, responses of 8 (SHORT_TASK), a checkpoint every 2
+# updates. Six are the least the killed run needs: the second checkpoint (update 4) to die in, then a stopped update 2
+# that leaves one more update after it saves (update 3) to resume into.
 UPDATES = 6
 
 
@@ -139,7 +139,7 @@ def reward_dir(tmp_path_factory, assets):
 
 def policy_argv(assets, out, reward_dir=None, updates=UPDATES):
     reward = ["--rewards.trained-model", reward_dir] if reward_dir else []
-    argv = ["--base-model", assets / "tiny-gpt2", *reward, "--task.query-dataset", assets / "queries.txt", *TINY_TASK,
+    argv = ["--base-model", assets / "tiny-gpt2", *reward, "--task.query-dataset", assets / "queries.txt", *SHORT_TASK,
             "--ppo.total-episodes", 8 * updates, "--ppo.batch-size", 8, "--num-ranks", 1, "--ppo.noptepochs", 1,
             "--ppo.lr", 1e-3, "--rewards.target", 0.5, "--save-interval", 2, "--output-dir", out, "--device", "cpu"]
     return list(map(str, argv))
@@ -166,7 +166,7 @@ def hooked_run(argv, name: Path, kill_at: str = "", term_at: str = "", before=No
         if event in (kill_at, term_at):
             os.kill(pid, signal.SIGKILL if event == kill_at else signal.SIGTERM)
 
-    pid = forked("train_policy.py", *argv, env_extra={EVENTS: events, "PYTHONUNBUFFERED": "1"}, cwd=ROOT,
+    pid = forked("train_policy.py", *argv, env_extra={EVENTS: events}, cwd=ROOT,
                  stdout=name.with_suffix(".out"), stderr=name.with_suffix(".err"), before=before)
     code, seen = drive(pid, events, act)
     return code, seen, name.with_suffix(".out").read_text(), name.with_suffix(".err").read_text()
@@ -294,7 +294,7 @@ def tiny_labels(tmp_path_factory, tokenizer):
 
 def reward_argv(assets, labels, out):
     return list(map(str, ["--base-model", assets / "tiny-gpt2", "--labels.source", labels, "--labels.num-train", 16,
-                          "--batch-size", 8, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", *TINY_TASK,
+                          "--batch-size", 8, "--lr", 1e-3, "--task.query-dataset", assets / "queries.txt", *SHORT_TASK,
                           "--rollout-batch-size", 8, "--normalize-samples", 8, "--eval-labels", 0, "--output-dir", out,
                           "--device", "cpu"]))
 
