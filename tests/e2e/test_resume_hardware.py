@@ -56,14 +56,13 @@ def test_a_run_saved_by_one_process_resumes_under_two_and_back(assets, exact_pol
     """A reward model, then 2 PPO updates with --exact-ranks, a checkpoint after each (helpers.processes.exact_policy),
     uninterrupted on 1 process and on 2 (the shared runs), then each resumed from its update-1 checkpoint on the other
     count: by 2 torchrun processes, and by 1 (in this process, as exact_policy runs it, while the pair runs:
-    conftest.beside_its_pair)."""
+    helpers.processes.beside_its_pair)."""
     (one, _), (two, _) = exact_policy_runs[1], exact_policy_runs[2]
     uninterrupted = metrics(one)
     assert [r["step"] for r in uninterrupted] == [0, 1] and metrics(two) == uninterrupted
 
     up = interrupted_copy(one, tmp_path / "one_then_two")  # saved by 1 process, resumed by 2
     down = interrupted_copy(two, tmp_path / "two_then_one")  # saved by 2 processes, resumed by 1
-    beside_its_pair(lambda: exact_policy(assets, down, 1, "--resume"),
-                    lambda: exact_policy(assets, up, 2, "--resume"))
+    beside_its_pair(exact_policy(assets, down, 1, "--resume"), exact_policy(assets, up, 2, "--resume"))
     assert metrics(up) == uninterrupted and metrics(down) == uninterrupted
     assert json.loads((up / "config.json").read_text())["world_size"] == 2

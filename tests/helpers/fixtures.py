@@ -83,11 +83,11 @@ def reward_model(assets, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def exact_policy_runs(assets, tmp_path_factory) -> dict[int, tuple[Path, subprocess.CompletedProcess]]:
     """The same --exact-ranks run (`exact_policy`) on 1 process and on 2 -> {processes: (run directory, its process)}.
-    Shared because each costs a reward model and 2 updates and the pair a launch of 3 interpreters: test_ranks compares
+    Shared because each costs a reward model and 2 updates and the pair a torchrun job: test_ranks compares
     the two bit for bit, test_resume_hardware resumes copies of them on the other count. Read-only: copy one before
     changing it."""
     root = tmp_path_factory.mktemp("exact_policy")
-    one, two = beside_its_pair(lambda: exact_policy(assets, root / "p1", 1), lambda: exact_policy(assets, root / "p2", 2))
+    one, two = beside_its_pair(exact_policy(assets, root / "p1", 1), exact_policy(assets, root / "p2", 2))
     return {1: (root / "p1", one), 2: (root / "p2", two)}
 
 

@@ -3,16 +3,18 @@ interpreter would add only its imports."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import importlib
 import io
 import os
+import runpy
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
+import uuid
 import warnings
 from pathlib import Path
 from typing import Callable, Iterator
@@ -24,25 +26,77 @@ from helpers.assets import SHORT_TASK
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def launch(script: Path | str, processes: int, *args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    """``python SCRIPT ARGS`` on 1 process, or under `torchrun --standalone --nproc-per-node PROCESSES` (gloo), offline,
-    one CPU thread per process; it must succeed."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
-    result = subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, args)], capture_output=True,
-                            text=True, cwd=ROOT, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+def launch(script: Path | str, processes: int, *args, env_extra: dict | None = None,
+           cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`started` and awaited: the job's stdout and stderr; it must succeed."""
+    return started(script, processes, *args, env_extra=env_extra, cwd=cwd)()
 
 
-def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> subprocess.CompletedProcess:
+def started(script: Path | str, processes: int, *args, env_extra: dict | None = None,
+            cwd: Path | None = None) -> Callable[[], subprocess.CompletedProcess]:
+    """``torchrun --standalone --nproc-per-node PROCESSES SCRIPT ARGS`` (gloo), offline, one CPU thread per process, in
+    ``cwd`` (default: the repository), as torchrun's own agent runs it: its arguments parsed by torch.distributed.run,
+    the same rendezvous, environment and process group (elastic_launch), but the agent a fork of this process and its
+    workers forks of the agent (the start method "fork"), each running SCRIPT as ``__main__`` as `python SCRIPT` does.
+    Three interpreters' imports fewer (torch's and transformers', ~8 CPU s each here) for a pair whose promise is the
+    ranks' numbers; what torchrun's command line itself prints, or does with a signal, is tested on the real command
+    (tests/run/test_signals.py, tests/ranks/test_failures.py, tests/e2e/test_cluster_runs.py). Forked at once (while
+    this process runs nothing else: a fork beside a running torch could inherit a lock it holds) -> a function that waits
+    for the job and gives its stdout and stderr; it must have succeeded."""
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           **(env_extra or {})}
+    argv = [str(ROOT / script), *map(str, args)]
+
+    def agent() -> None:
+        out, err = sys.stdout, sys.stderr
+        with as_a_new_process(env, cwd or ROOT):
+            sys.stdout, sys.stderr = out, err  # the fork's files, not as_a_new_process's capture
+            options = parse_args(["--standalone", "--nproc-per-node", str(processes), *argv])
+            # what torch.distributed.run.run makes of --standalone: a c10d rendezvous on a free local port
+            options.rdzv_backend, options.rdzv_endpoint, options.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+            config, _, _ = config_from_args(options)
+            config.start_method = "fork"
+            elastic_launch(config, run_as_main)(*argv)
+
+    logs = Path(tempfile.mkdtemp(prefix="lmhp-torchrun-"))
+    pid = in_fork(agent, logs / "stdout", logs / "stderr")
+
+    def wait() -> subprocess.CompletedProcess:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        output = (read_and_remove(logs / name) for name in ("stdout", "stderr"))
+        result = subprocess.CompletedProcess(["torchrun", *argv], code, *output)
+        logs.rmdir()
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    return wait
+
+
+def read_and_remove(path: Path) -> str:
+    text = path.read_text()
+    path.unlink()
+    return text
+
+
+def run_as_main(script: str, *args: str) -> None:
+    """``python SCRIPT ARGS`` in this process (a forked torchrun worker): SCRIPT's file run as ``__main__`` with its
+    argv, on one CPU thread; its exit status is the worker's."""
+    sys.argv = [script, *args]
+    torch.set_num_threads(1)
+    runpy.run_path(script, run_name="__main__")
+
+
+def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> Callable[[], subprocess.CompletedProcess]:
     """A policy run with --exact-ranks (4 emulated ranks) that trains its reward model first (2 batches of 16 labels),
-    then 2 PPO updates, a checkpoint after each (both kept), on 1 process (in this one, `in_process`) or under torchrun.
+    then 2 PPO updates, a checkpoint after each (both kept): on 1 process a function that runs it in this one
+    (`in_process`), on more a torchrun job already `started` -> a function that gives its output (for `beside_its_pair`).
     Queries of 16 tokens and responses of 8 (helpers.assets.SHORT_TASK: what is promised does not depend on them).
     Two updates are the least that shows both promises: update 1 samples from weights that update 0 trained, and a
     resume from the update-1 checkpoint (which reuses the finished reward model) has one update left to run. Both
-    phases in one run: a torchrun launch costs three interpreters' imports, more than a phase's own work."""
+    phases in one run: a torchrun job's rendezvous and model loads cost more than a phase's own work."""
     new = "--rewards.train-new-model."
     args = ["--base-model", assets / "tiny-gpt2", f"{new}labels.source", assets / "short_labels.json",
             f"{new}labels.num-train", 32, f"{new}batch-size", 16, f"{new}lr", 1e-3, f"{new}rollout-batch-size", 32,
@@ -50,17 +104,21 @@ def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> subproc
             "--ppo.total-episodes", 64, "--ppo.batch-size", 32, "--ppo.nminibatches", 2,
             "--ppo.noptepochs", 2, "--ppo.lr", 1e-3, "--ppo.no-whiten-rewards", "--num-ranks", 4, "--exact-ranks",
             "--device", "cpu", "--save-interval", 1, "--keep-checkpoints", 2, "--output-dir", run_dir, *extra]
-    return in_process("train_policy.py", *args) if processes == 1 else launch("train_policy.py", processes, *args)
+    if processes == 1:
+        return lambda: in_process("train_policy.py", *args)
+    return started("train_policy.py", processes, *args)
 
 
 def beside_its_pair(one: Callable[[], object], pair: Callable[[], object]) -> tuple:
-    """``one()`` (a 1-process twin, in this process on one thread) while ``pair()`` (its torchrun pair, started in a
-    thread) runs beside it -> (one's result, pair's). The twin's single thread would leave a core idle while it ran
-    alone; the pair's workers spend their first seconds importing torch and transformers, and nothing here is timed.
-    The pair is awaited, whatever the twin does."""
-    with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        started = thread.submit(pair)
-        return one(), started.result()
+    """``one()`` (a 1-process twin, in this process on one thread) while its torchrun pair, already `started` (a fork
+    made before the twin's torch runs, which a fork must not come beside), runs -> (one's result, ``pair()``: the pair's,
+    awaited whatever the twin does). The twin's single thread would leave a core idle while it ran alone, and nothing
+    here is timed."""
+    try:
+        first = one()
+    finally:
+        second = pair()
+    return first, second
 
 
 def script_main(script: str | Path) -> Callable:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.assets import SHORT_TASK
-from helpers.processes import beside_its_pair, in_process, launch
+from helpers.processes import beside_its_pair, in_process, started
 from helpers.runs import assert_same_run
 
 from lm_human_preference_details.language.model import Policy, load_lm
@@ -177,14 +177,14 @@ print(f"process {os.environ['RANK']}: gloo threads {max(joined)} -> {gloo_thread
 def fused_runs(assets, tmp_path_factory) -> tuple[Path, Path, str]:
     """The combined run (`_combined_args`: a reward model, then PPO) without --exact-ranks on 1 process (in this one,
     helpers.processes.in_process) and on 2 (torchrun, gloo, micro-batches of 4 sequences, each process counting gloo's threads:
-    COUNT_GLOO) -> (1-process run directory, 2-process one, the pair's stdout). One torchrun launch for both phases and
-    the threads' count: each launch costs three interpreters' imports, far more than these runs' own work."""
+    COUNT_GLOO) -> (1-process run directory, 2-process one, the pair's stdout). One torchrun job for both phases and
+    the threads' count (helpers.processes.started: torchrun's agent and workers as forks of this process)."""
     root = tmp_path_factory.mktemp("fused")
     (root / "count_gloo.py").write_text(COUNT_GLOO)
     _, pair = beside_its_pair(
         lambda: in_process("train_policy.py", *_combined_args(assets), "--output-dir", root / "one"),
-        lambda: launch(root / "count_gloo.py", 2, ROOT / "train_policy.py", *_combined_args(assets),
-                       "--micro-batch-sequences", 4, "--output-dir", root / "two"))
+        started(root / "count_gloo.py", 2, ROOT / "train_policy.py", *_combined_args(assets),
+                "--micro-batch-sequences", 4, "--output-dir", root / "two"))
     return root / "one", root / "two", pair.stdout
 
 

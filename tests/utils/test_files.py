@@ -5,13 +5,11 @@ download, and the directory swap itself."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from helpers.processes import in_fork, in_process
+from helpers.processes import in_fork, in_process, launch
 
 from lm_human_preference_details.utils.downloads import fetch
 from lm_human_preference_details.utils.files import HOST, cache_lock, hold_lock, lock_holder
@@ -103,16 +101,14 @@ def test_three_processes_build_the_offline_assets_once(tmp_path):
 
 
 def test_two_torchrun_processes_from_an_empty_cache_build_once_and_train_as_one(tmp_path):
-    """A short offline reward run under `torchrun --nproc-per-node 2` from an empty LMHP_CACHE: the assets built once,
+    """A short offline reward run under torchrun, 2 processes (helpers.processes.launch: torchrun's agent and its workers
+    as forks of this process, which reads LMHP_CACHE as a new one would), from an empty LMHP_CACHE: the assets built once,
     no error, and the metrics of the same run on one process with that cache (--exact-ranks: bit for bit), made in
     this process (helpers.processes.in_process) with that cache as its LMHP_CACHE."""
-    env = {**os.environ, "LMHP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-           "OMP_NUM_THREADS": "1"}
     sizes = ["--task", "offline", "--labels.num-train", "64", "--batch-size", "16", "--rollout-batch-size", "32",
              "--normalize-samples", "32", "--eval-labels", "32"]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    two = subprocess.run([*launcher, str(ROOT / "train_reward.py"), *sizes, "--output-dir", str(tmp_path / "two")],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    two = launch("train_reward.py", 2, *sizes, "--output-dir", tmp_path / "two", env_extra={"LMHP_CACHE": tmp_path / "cache"},
+                 cwd=tmp_path)
     out = two.stdout + two.stderr
     assert two.returncode == 0 and "error" not in out, out[-3000:]
     assert out.count("(once)") == 1, out[-3000:]
