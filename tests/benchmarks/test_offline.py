@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.processes import in_process
+from helpers.processes import in_process, run_forked
 
 from lm_human_preference_details.offline import corpus as offline_corpus
 from lm_human_preference_details.offline import report as offline_report
@@ -52,17 +52,16 @@ OFFLINE = ["--ppo.total-episodes", "64", "--rewards.train-new-model.labels.num-t
 @pytest.fixture(scope="module")
 def offline_bench(tmp_path_factory, offline_cache):
     """The benchmark's offline mode on CI-sized settings, seeds 1 and 2 -> (its directory, the table, the runs, the
-    real command's result). Seed 1 by the benchmark's command line, for real (the benchmark in a subprocess, its
-    train_policy run in another): the one real run of both. Then the two seeds' table by its main() in this process
-    with --reuse, which takes seed 1's run and runs seed 2 (in this process too): a second real seed would only import
-    torch twice more."""
+    command's result). Seed 1 by the benchmark's command line in a process of its own (a fork of this one,
+    helpers.processes.run_forked), which runs its train_policy seed as the benchmark does, in a new interpreter: the
+    one real run. Then the two seeds' table by its main() in this process with --reuse, which takes seed 1's run and
+    runs seed 2 (in this process too): a second real seed would only import torch again."""
     tmp_path = tmp_path_factory.mktemp("bench")
     runs = tmp_path / "runs"
-    command = [sys.executable, str(ROOT / "benchmarks" / "offline.py"), "--seeds", "1", "--out", str(tmp_path / "seed1.md"),
-               "--runs-dir", str(runs), "--final-queries", "16", "--", *OFFLINE]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **bench_env(offline_cache)},
-                            cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    env = {k: v for k, v in bench_env(offline_cache).items() if os.environ.get(k) != v}
+    result = run_forked("benchmarks/offline.py", "--seeds", "1", "--out", tmp_path / "seed1.md", "--runs-dir", runs,
+                        "--final-queries", "16", "--", *OFFLINE, env_extra=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
     bench_in_process(["--seeds", *SEEDS, "--reuse", "--out", tmp_path / "offline.md", "--runs-dir", runs,
                       "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)
     return tmp_path, tmp_path / "offline.md", runs, result
@@ -71,8 +70,8 @@ def offline_bench(tmp_path_factory, offline_cache):
 def bench_in_process(args: list, offline_cache: Path, cwd: Path) -> None:
     """``python benchmarks/offline.py ARGS`` in ``cwd`` as a call of its main() in this process (helpers.processes.in_process),
     with bench_env's variables; the train_policy run of each seed it runs too (`python train_policy.py FLAGS`, as
-    ``main(FLAGS)``). In-process because `offline_bench` runs the benchmark's command line and its train_policy
-    subprocess for real, and a second interpreter here would only import torch again; a failed run fails the test."""
+    ``main(FLAGS)``). In-process because `offline_bench` runs the benchmark's train_policy subprocess for real, and a
+    second interpreter here would only import torch again; a failed run fails the test."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     benchmark = importlib.import_module("offline")  # benchmarks/offline.py (this module's `offline` is the package's)
 

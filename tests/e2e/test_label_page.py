@@ -14,13 +14,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 
 import pytest
 from helpers.browser import WAIT_S, give_name
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
+from helpers.processes import in_process
 
 from lm_human_preference_details import agreement
 
@@ -101,11 +100,10 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
     assert [[r[f"sample{j}"] for j in range(4)] for r in records] == [items[i]["samples"] for i in chosen]
 
     run = tmp_path / "reward"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train_reward.py"), "--task", "offline", "--labels.source", str(out),
-         "--labels.num-train", "4", "--batch-size", "4", "--eval-labels", "1", "--num-ranks", "4",
-         "--rollout-batch-size", "8", "--normalize-samples", "8", "--device", "cpu", "--output-dir", str(run)],
-        cwd=tmp_path, env=label_env(cache), capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in label_env(cache).items() if os.environ.get(k) != v}
+    result = in_process("train_reward.py", "--task", "offline", "--labels.source", out, "--labels.num-train", 4,
+                        "--batch-size", 4, "--eval-labels", 1, "--num-ranks", 4, "--rollout-batch-size", 8,
+                        "--normalize-samples", 8, "--device", "cpu", "--output-dir", run, cwd=tmp_path, env_extra=env)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [r["train_reward/minibatch/loss"] for r in rows if "train_reward/minibatch/loss" in r]

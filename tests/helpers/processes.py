@@ -222,7 +222,10 @@ def in_fork(work: Callable[[], int | None], stdout: Path | int | None = None, st
     (as Popen(start_new_session=True): a kill of its process group ends all it started), and exits with what ``work``
     returns (None: 0), or 1 with the traceback after an exception."""
     from tqdm import tqdm
+    from transformers import GPT2LMHeadModel, GPT2TokenizerFast  # noqa: F401
 
+    # transformers' GPT-2 classes load lazily, ~3.5 CPU s here at their first use: imported once in this process, not
+    # again in every child that loads a model (and lost at its exit)
     pid = os.fork()
     if pid:
         return pid
@@ -271,6 +274,18 @@ def forked(script: str | Path, *args, env_extra: dict | None = None, cwd: Path |
             return 0
 
     return in_fork(run, stdout, stderr, new_session)
+
+
+def run_forked(script: str | Path, *args, env_extra: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` run to its end in a fork of this process (`forked`) -> a CompletedProcess as
+    subprocess.run gives, its output and errors together in stdout: a process of its own as a user's run is, without a
+    new interpreter's imports, for a run whose command line another test starts for real (tests/e2e/test_smoke.py)."""
+    with tempfile.TemporaryDirectory(prefix="lmhp-forked-") as logs:
+        output = Path(logs) / "output"
+        pid = forked(script, *args, env_extra=env_extra, cwd=cwd, stdout=output)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        return subprocess.CompletedProcess([str(script), *map(str, args)], code, output.read_text(), "")
 
 
 class ForkedProcess:

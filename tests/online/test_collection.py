@@ -20,7 +20,7 @@ import pytest
 import torch
 from helpers.events import drive
 from helpers.online import FakePolicy, FakeSampler, online_args
-from helpers.processes import forked, in_process
+from helpers.processes import forked, in_process, run_forked
 from helpers.site.lmhp_events import EVENTS
 
 from lm_human_preference_details.label_format import load_best_of_n_labels
@@ -99,12 +99,13 @@ def environment(cache: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def online_run(tmp_path_factory, offline_cache) -> Path:
-    """The small run (SMALL), uninterrupted, as users start it (`python train_policy.py`); seconds: a model load, two
-    reward trainings, two PPO updates and the offline task's closing evaluation."""
+    """The small run (SMALL), uninterrupted, as users start it (`python train_policy.py`, a process of its own: a fork of
+    this one, helpers.processes.run_forked); seconds: a model load, two reward trainings, two PPO updates and the
+    offline task's closing evaluation."""
     run_dir = tmp_path_factory.mktemp("online") / "run"
-    result = subprocess.run(policy_command(run_dir), capture_output=True, text=True, env=environment(offline_cache),
-                            cwd=run_dir.parent, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    result = run_forked("train_policy.py", *policy_command(run_dir)[2:], env_extra=env, cwd=run_dir.parent)
+    assert result.returncode == 0, result.stdout[-3000:]
     return run_dir
 
 
