@@ -553,9 +553,9 @@ def train(args: Args) -> dict:
         # everything the next update depends on: a checkpoint saves it, --resume loads it into these objects
         objects = {"policy": policy, "optimizer": optimizer, "kl_ctl": kl_ctl, "sampler": sampler, "ranks": ranks.draws,
                    **({"online": online} if online else {})}
-        first_update = run.start(config, objects, identity={**config, "reward_model_fingerprint": online is None and
-                                                            fingerprint(reward_model)},
-                                 models={"policy": policy}, tokenizer=tokenizer)
+        # what a resume must find unchanged: the options, and the reward model unless online collection trains its own
+        identity = {**config, "reward_model_fingerprint": online is None and fingerprint(reward_model)}
+        first_update = run.start(config, objects, identity=identity, models={"policy": policy}, tokenizer=tokenizer)
         print_first_query(sampler, run.print)  # the fork's `=========== <text>`: compare with a baseline run's log
         run.print(plan_line(args, ranks, run.dir))
 

@@ -265,8 +265,9 @@ def test_no_module_class_or_function_is_over_its_size():
     assert not found, found
 
 
-# a script's train() is the paper's outline (CONTRIBUTING.md, "In the scripts"): its steps are named calls, so it stays short
-SCRIPT_TRAIN_LINES = 70
+# a script's train() is the paper's outline (CONTRIBUTING.md, "In the scripts"): its steps are named calls, so it stays
+# short; 80 leaves the policy's loop room to show its saves and stops without lines packed to fit (it stood at 69 of 70)
+SCRIPT_TRAIN_LINES = 80
 
 
 def test_each_scripts_train_reads_as_an_outline():
