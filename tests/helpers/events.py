@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from helpers.site.lmhp_events import EVENTS, KILL_AT
+from helpers.site.lmhp_events import EVENTS
 
 SITE = Path(__file__).resolve().parent / "site"
 
@@ -18,15 +18,6 @@ def events_env(events: Path, env: dict | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), env.get("PYTHONPATH", "")) if p)
     env[EVENTS] = str(events)
-    return env
-
-
-def kill_at_env(event: str, env: dict | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) for a run whose processes kill themselves (SIGKILL) as they pass ``event``:
-    for a torchrun job, whose processes are not the test's to stop and drive."""
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), env.get("PYTHONPATH", "")) if p)
-    env[KILL_AT] = event
     return env
 
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 from helpers.events import drive
 from helpers.online import FakePolicy, FakeSampler, online_args
-from helpers.processes import forked, in_process, run_forked
-from helpers.site.lmhp_events import EVENTS
+from helpers.processes import forked, in_process, run_forked, started
+from helpers.site.lmhp_events import EVENTS, KILL_AT
 
 from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
@@ -238,17 +238,17 @@ def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_on
     had written the uninterrupted 1-process run's labels to the label file, logged its metrics and trained its policy
     (the checkpoint being written holds it), bit for bit; the resumed run reuses
     the finished trainings and the answers given (none asked again) and ends with that run's label file, metrics and
-    policy. Seconds: a torchrun job of the whole run, then its last update and report in this process."""
-    from helpers.events import kill_at_env
-
+    policy. Seconds: a torchrun job of the whole run (torchrun's agent in a fork, helpers.processes.started: what is
+    promised is the processes' numbers, not torchrun's command line), then its last update and report in this process."""
     from lm_human_preference_details.utils.torchrun import torchrun_world
 
     assert torchrun_world()[0] == 1  # the resume below runs in this process, as one process
     run_dir = tmp_path / "run"
     env = environment(offline_cache)
     # process 0 passes this event alone, in its checkpoint writer after update 1: both updates logged, not yet saved
-    job = subprocess.run(torchrun_command(run_dir), capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                         env=kill_at_env("checkpoint-writing 2", env))
+    changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    job = started("train_policy.py", 2, *policy_command(run_dir)[2:], env_extra={**changed, KILL_AT: "checkpoint-writing 2"},
+                  cwd=tmp_path, check=False)()
     assert job.returncode != 0 and "Signal 9 (SIGKILL) received" in job.stderr, job.stderr[-3000:]
     online = run_dir / "online"
     assert what_is_left(run_dir) == (["update_00000001"], 64, 64, ["reward_00", "reward_01"])
@@ -263,8 +263,7 @@ def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_on
     before = torch.load(run_dir / "checkpoints" / "update_00000001" / "state.pt", weights_only=True)["objects"]["policy"]
     assert not all(torch.equal(before[k], theirs[k]) for k in theirs)  # the last update changed it: a real comparison
 
-    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=tmp_path,
-               env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
+    in_process("train_policy.py", *policy_command(run_dir, "--resume")[2:], cwd=tmp_path, env_extra=changed)
     assert (online / "answers.jsonl").read_bytes() == (online_run / "online" / "answers.jsonl").read_bytes()
     assert (online / "labels.json").read_bytes() == (online_run / "online" / "labels.json").read_bytes()
     assert metrics(run_dir) == metrics(online_run)
