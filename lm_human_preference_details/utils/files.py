@@ -147,7 +147,7 @@ def cache_lock(entry: str | os.PathLike, poll_s: float = 1.0) -> Iterator[None]:
 
 def _take(path: Path, poll_s: float) -> FileLock | None:
     """The lock file ``path`` held by this process, waited for; None where no lock can be taken."""
-    said, name_by = False, None
+    said, name_by = False, time.monotonic() + HOLDER_LINE_WAIT_S  # until name_by, a nameless holder is looked at again
     while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +157,6 @@ def _take(path: Path, poll_s: float) -> FileLock | None:
         if lock is not None:
             return lock
         holder = lock_holder(path)
-        name_by = time.monotonic() + HOLDER_LINE_WAIT_S if name_by is None else name_by
         if holder == ANOTHER and not said and time.monotonic() < name_by:  # a holder writes its line just after
             time.sleep(min(poll_s, 0.05))  # taking the lock: look again soon
             continue
