@@ -15,7 +15,7 @@ import pytest
 from helpers.errors import assert_one_error_line
 from helpers.evaluation import evaluate_command, happy_policy
 from helpers.labelling import label_env, tiny_offline_cache
-from helpers.processes import ForkedProcess, as_a_new_process, refused_in_process
+from helpers.processes import ForkedProcess, as_a_new_process, differing, refused_in_process
 
 from lm_human_preference_details import evaluate
 
@@ -93,7 +93,7 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
 
     out = tmp_path / "killed"
     (tmp_path / "ARMED").write_text("")
-    env = {k: v for k, v in label_env(cache).items() if os.environ.get(k) != v}
+    env = differing(label_env(cache))
     # a process of its own, killed: a fork of this one (a new interpreter would add only its imports)
     proc = ForkedProcess(*evaluate_command(*flags, "--output-dir", out)[2:], env_extra=env, cwd=tmp_path, output=False)
     try:

@@ -3,7 +3,6 @@
 import importlib
 import json
 import math
-import os
 import re
 import statistics
 import subprocess
@@ -58,9 +57,8 @@ def offline_bench(tmp_path_factory, offline_cache):
     runs seed 2 (in this process too): a second real seed would only import torch again."""
     tmp_path = tmp_path_factory.mktemp("bench")
     runs = tmp_path / "runs"
-    env = {k: v for k, v in bench_env(offline_cache).items() if os.environ.get(k) != v}
     result = run_forked("benchmarks/offline.py", "--seeds", "1", "--out", tmp_path / "seed1.md", "--runs-dir", runs,
-                        "--final-queries", "16", "--", *OFFLINE, env_extra=env, cwd=tmp_path)
+                        "--final-queries", "16", "--", *OFFLINE, env_extra=bench_env(offline_cache), cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     bench_in_process(["--seeds", *SEEDS, "--reuse", "--out", tmp_path / "offline.md", "--runs-dir", runs,
                       "--final-queries", 16, "--", *OFFLINE], offline_cache, tmp_path)

@@ -19,7 +19,7 @@ import tempfile
 import pytest
 from helpers.browser import WAIT_S, give_name
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
-from helpers.processes import in_process
+from helpers.processes import differing, in_process
 
 from lm_human_preference_details import agreement
 
@@ -100,7 +100,7 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
     assert [[r[f"sample{j}"] for j in range(4)] for r in records] == [items[i]["samples"] for i in chosen]
 
     run = tmp_path / "reward"
-    env = {k: v for k, v in label_env(cache).items() if os.environ.get(k) != v}
+    env = differing(label_env(cache))
     result = in_process("train_reward.py", "--task", "offline", "--labels.source", out, "--labels.num-train", 4,
                         "--batch-size", 4, "--eval-labels", 1, "--num-ranks", 4, "--rollout-batch-size", 8,
                         "--normalize-samples", 8, "--device", "cpu", "--output-dir", run, cwd=tmp_path, env_extra=env)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from helpers.browser import browser, browser_paths, give_name  # noqa: F401  (the fixture, and Chromium's paths)
 from helpers.labelling import ROOT, label_env, tiny_offline_cache
-from helpers.processes import ForkedProcess
+from helpers.processes import ForkedProcess, differing
 
 from lm_human_preference_details.language.tokenizer import decode, load_tokenizer
 from lm_human_preference_details.utils.errors import UserError
@@ -46,7 +46,7 @@ class Run:
 
     def __init__(self, run_dir: Path, env: dict, *extra: str):
         self.process = ForkedProcess("train_policy.py", *SMALL, "--output-dir", run_dir, *extra, cwd=run_dir.parent,
-                                     env_extra={k: v for k, v in env.items() if os.environ.get(k) != v})
+                                     env_extra=differing(env))
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
         self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in self.process.stdout],

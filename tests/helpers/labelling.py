@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from helpers.processes import ForkedProcess
+from helpers.processes import ForkedProcess, differing
 from lm_human_preference_details.label_format import OAI_PAD
 from lm_human_preference_details.labelling.server import LabelServer
 from lm_human_preference_details.labelling.session import LabelSession
@@ -53,7 +53,7 @@ def start_server(cache: Path, output: Path, *extra: str, port: str | None = "0")
     """A labelling server of the offline task, `python -m lm_human_preference_details.label` in a process of its own (a
     fork of this one, helpers.processes.ForkedProcess: a new interpreter would add only its imports) -> (process, its
     URL, the lines it printed)."""
-    env = {k: v for k, v in label_env(cache).items() if os.environ.get(k) != v}
+    env = differing(label_env(cache))
     proc = ForkedProcess(*label_command(output, *extra, port=port)[2:], env_extra=env, cwd=output.parent)
     lines = []
     for line in proc.stdout:  # ends when the process does: a failed start is reported below, not waited on

@@ -61,24 +61,28 @@ def started(script: Path | str, processes: int, *args, env_extra: dict | None = 
             config.start_method = "fork"
             elastic_launch(config, run_as_main)(*argv)
 
-    logs = Path(tempfile.mkdtemp(prefix="lmhp-torchrun-"))
-    pid = in_fork(agent, logs / "stdout", logs / "stderr")
+    logs = tempfile.TemporaryDirectory(prefix="lmhp-torchrun-")
+    finished = awaited(in_fork(agent, Path(logs.name) / "stdout", Path(logs.name) / "stderr"), logs, ["torchrun", *argv])
 
     def wait() -> subprocess.CompletedProcess:
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        output = (read_and_remove(logs / name) for name in ("stdout", "stderr"))
-        result = subprocess.CompletedProcess(["torchrun", *argv], code, *output)
-        logs.rmdir()
+        result = finished()
         assert result.returncode == 0 or not check, result.stderr[-3000:]
         return result
 
     return wait
 
 
-def read_and_remove(path: Path) -> str:
-    text = path.read_text()
-    path.unlink()
-    return text
+def awaited(pid: int, logs: tempfile.TemporaryDirectory, argv: list) -> Callable[[], subprocess.CompletedProcess]:
+    """A fork's wait -> a function that waits for ``pid`` and gives a CompletedProcess as subprocess.run does: its exit
+    status, and what it wrote to LOGS/stdout and LOGS/stderr (empty where it wrote none); the logs are removed."""
+    def wait() -> subprocess.CompletedProcess:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        stdout, stderr = (Path(logs.name) / name for name in ("stdout", "stderr"))
+        result = subprocess.CompletedProcess(argv, code, stdout.read_text(), stderr.read_text() if stderr.exists() else "")
+        logs.cleanup()
+        return result
+
+    return wait
 
 
 def run_as_main(script: str, *args: str) -> None:
@@ -281,11 +285,15 @@ def run_forked(script: str | Path, *args, env_extra: dict | None = None,
     """``python SCRIPT ARGS`` run to its end in a fork of this process (`forked`) -> a CompletedProcess as
     subprocess.run gives, its output and errors together in stdout: a process of its own as a user's run is, without a
     new interpreter's imports, for a run whose command line another test starts for real (tests/e2e/test_smoke.py)."""
-    with tempfile.TemporaryDirectory(prefix="lmhp-forked-") as logs:
-        output = Path(logs) / "output"
-        pid = forked(script, *args, env_extra=env_extra, cwd=cwd, stdout=output)
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        return subprocess.CompletedProcess([str(script), *map(str, args)], code, output.read_text(), "")
+    logs = tempfile.TemporaryDirectory(prefix="lmhp-forked-")
+    pid = forked(script, *args, env_extra=env_extra, cwd=cwd, stdout=Path(logs.name) / "stdout")
+    return awaited(pid, logs, [str(script), *map(str, args)])()
+
+
+def differing(env: dict) -> dict:
+    """The variables of ``env`` that this process's environment lacks or holds otherwise: the ``env_extra`` that makes a
+    run in this process or in a fork of it see ``env``, an environment built for a subprocess."""
+    return {name: value for name, value in env.items() if os.environ.get(name) != value}
 
 
 class ForkedProcess:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from helpers.events import drive
 from helpers.online import FakePolicy, FakeSampler, online_args
-from helpers.processes import forked, in_process, run_forked, started
+from helpers.processes import differing, forked, in_process, run_forked, started
 from helpers.site.lmhp_events import EVENTS, KILL_AT
 
 from lm_human_preference_details.label_format import load_best_of_n_labels
@@ -103,7 +103,7 @@ def online_run(tmp_path_factory, offline_cache) -> Path:
     this one, helpers.processes.run_forked); seconds: a model load, two reward trainings, two PPO updates and the
     offline task's closing evaluation."""
     run_dir = tmp_path_factory.mktemp("online") / "run"
-    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    env = differing(environment(offline_cache))
     result = run_forked("train_policy.py", *policy_command(run_dir)[2:], env_extra=env, cwd=run_dir.parent)
     assert result.returncode == 0, result.stdout[-3000:]
     return run_dir
@@ -200,7 +200,7 @@ def killed_chain(tmp_path_factory, offline_cache) -> tuple[Path, dict]:
     fresh run per case: each kill still leaves the state its case names, and one resume to the end serves both.
     Seconds: four runs (the last in this process), each a model load and what it redoes after its last checkpoint."""
     run_dir = tmp_path_factory.mktemp("killed") / "run"
-    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    env = differing(environment(offline_cache))
     left = {}
     for i, (at, _) in enumerate(kill for kills in KILLS.values() for kill in kills):
         killed_at(run_dir, env, at, resume=i > 0)
@@ -246,7 +246,7 @@ def test_an_online_run_on_two_processes_is_the_one_process_run_and_resumes_on_on
     run_dir = tmp_path / "run"
     env = environment(offline_cache)
     # process 0 passes this event alone, in its checkpoint writer after update 1: both updates logged, not yet saved
-    changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    changed = differing(env)
     job = started("train_policy.py", 2, *policy_command(run_dir)[2:], env_extra={**changed, KILL_AT: "checkpoint-writing 2"},
                   cwd=tmp_path, check=False)()
     assert job.returncode != 0 and "Signal 9 (SIGKILL) received" in job.stderr, job.stderr[-3000:]
@@ -441,7 +441,7 @@ def test_resume_refuses_other_options_before_writing_and_a_finished_run_resumes_
 
     run_dir = tmp_path / "run"
     shutil.copytree(online_run, run_dir, symlinks=True)
-    env = {k: v for k, v in environment(offline_cache).items() if os.environ.get(k) != v}
+    env = differing(environment(offline_cache))
     argv = policy_command(run_dir, "--resume")[2:]
     unlocked = lambda: {k: v for k, v in snapshot(run_dir).items() if k != LOCK}  # noqa: E731  (the lock names its pid)
     before = unlocked()
