@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -16,8 +17,40 @@ from lm_human_preference_details.utils.errors import UserError
 N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 real tokens only)
 
 
+# the tokenizers read from local directories, newest last: (the directory, its files as they were) -> the tokenizer
+_READ: dict[tuple[str, tuple], object] = {}
+READ_KEPT = 4  # a run reads two or three (its base model's, a trained reward model's)
+
+
+def files_as_they_are(directory: Path) -> tuple:
+    """(name, size, modification time) of each file of ``directory``: a tokenizer read from it is still what it
+    holds while these are unchanged."""
+    return tuple(sorted((entry.name, stat.st_size, stat.st_mtime_ns) for entry in os.scandir(directory)
+                        if entry.is_file() for stat in [entry.stat()]))
+
+
 def load_tokenizer(name_or_path: str):
-    """GPT-2 tokenizer with a `[PAD]` token distinct from EOS (id 50257 for GPT-2)."""
+    """GPT-2 tokenizer with a `[PAD]` token distinct from EOS (id 50257 for GPT-2). A local directory's is read once
+    while its files stay as they are: a run reads its base model's in its checks and again to train, ~0.4 s each on a
+    2-core VM (transformers parses tokenizer.json in Python). The one object is shared: never change it."""
+    local, key = Path(name_or_path), None
+    if local.is_dir():
+        try:
+            key = (str(local.resolve()), files_as_they_are(local))
+        except OSError:  # unreadable: transformers' own error names it
+            pass
+    if key in _READ:
+        return _READ[key]
+    tokenizer = read_tokenizer(name_or_path)
+    if key is not None:
+        _READ[key] = tokenizer
+        while len(_READ) > READ_KEPT:
+            del _READ[next(iter(_READ))]
+    return tokenizer
+
+
+def read_tokenizer(name_or_path: str):
+    """`load_tokenizer` without its memory: the tokenizer of a saved directory or a Hub name, read."""
     from transformers import AutoTokenizer  # transformers takes seconds to import: a flag's error line never waits for it
 
     try:

@@ -56,3 +56,26 @@ def test_a_tokenizer_that_pads_with_a_real_token_is_refused(tmp_path):
     saved.save_pretrained(tmp_path / "tok")
     with pytest.raises(UserError, match=r"pads with id 0, a real token"):
         load_tokenizer(str(tmp_path / "tok"))
+
+
+def test_a_directory_is_read_once_while_its_files_stay_as_they_are(tmp_path, monkeypatch):
+    """A run reads its base model's tokenizer in its checks and again to train: the second is the first object, until a
+    file of the directory changes; a Hub name is read each time (its files are the Hub cache's)."""
+    from lm_human_preference_details.language import tokenizer as tokenizers
+
+    tokenizers.gpt2_tokenizer().save_pretrained(tmp_path / "tok")
+    reads = []
+    monkeypatch.setattr(tokenizers, "read_tokenizer", lambda name: reads.append(name) or object())
+    first = load_tokenizer(str(tmp_path / "tok"))
+    assert load_tokenizer(str(tmp_path / "tok")) is first and load_tokenizer(tmp_path / ".." / tmp_path.name / "tok") is first
+    assert len(reads) == 1
+    config = tmp_path / "tok" / "tokenizer_config.json"
+    config.write_text(config.read_text() + "\n")  # another size: read again
+    assert load_tokenizer(str(tmp_path / "tok")) is not first and len(reads) == 2
+    load_tokenizer("gpt2")
+    load_tokenizer("gpt2")
+    assert reads[2:] == ["gpt2", "gpt2"]
+    for i in range(tokenizers.READ_KEPT + 1):  # the oldest are let go
+        (tmp_path / f"tok{i}").mkdir()
+        load_tokenizer(str(tmp_path / f"tok{i}"))
+    assert len(tokenizers._READ) == tokenizers.READ_KEPT
