@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lm_human_preference_details.run import plots
 
@@ -72,3 +73,22 @@ def test_a_half_written_last_row_waits_only_while_the_run_writes(tmp_path):
     with pytest.raises(plots.BadMetricsRow) as e:  # only the last line may be half-written
         plots.read_curves(path, being_written=True)
     assert e.value.line == 2
+
+
+@pytest.mark.parametrize("panels", [4, 5])
+def test_the_set_margins_keep_every_label_inside_the_figure_and_off_the_next_panel(tmp_path, panels):
+    """The margins are set, not measured (tight_layout's pass cost a third of each drawing): with a kl_coef that moves
+    in its sixth decimal (the widest tick labels a run draws, written out, not as an offset over the title), each panel's
+    labels and title lie inside the figure and clear of the panel beside it."""
+    gold = {"ppo/objective/gold_score": -123.25} if panels == 5 else {}
+    rows = [{**r, KL_COEF: 0.15 - 1e-6 * r["step"], SCORE: -1e4 + r["step"], **gold} for r in ROWS]
+    fig = plots.run_curves_figure(write_run(tmp_path / "policy_offline_seed1", rows, {"adaptive_kl": True, "target": 6.0}))
+    renderer = FigureCanvasAgg(fig).get_renderer()  # as savefig draws a PNG
+    fig.draw(renderer)
+    inside = fig.bbox
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    assert len(boxes) == panels and not any(ax.yaxis.get_offset_text().get_text() for ax in fig.axes)
+    for box in boxes:
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+    for left, right in zip(fig.axes, boxes[1:]):
+        assert left.get_window_extent(renderer).x1 < right.x0  # the next panel's tick labels start after this frame
