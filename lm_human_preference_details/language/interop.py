@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import threading
 from pathlib import Path
 
 import torch
@@ -36,6 +37,7 @@ REWARD_LABELS = {"problem_type": "regression", "id2label": {0: "reward"}, "label
 # the tokenizer (verl's RL data and reward loop) then sees our plain texts; `generate` and TRL's standard (not
 # conversational) data never use it.
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+_LENT = threading.Lock()  # held while a save lends a live tokenizer PLAIN_CHAT_TEMPLATE
 SCORE = "score"  # GPT2ForSequenceClassification's head, and OpenRLHF's default value_head_prefix
 
 
@@ -124,12 +126,13 @@ def save_plain_tokenizer(tokenizer, path: Path, n_embeddings: int, kind: str) ->
     """``tokenizer`` via save_pretrained, without the tokens past the model's ``n_embeddings`` rows (our [PAD]),
     padding with EOS (`plain_pad_id`) on the side a ``kind`` ('policy' or 'reward') model needs, and with
     `PLAIN_CHAT_TEMPLATE` unless it has a chat template of its own."""
-    own = tokenizer.chat_template
-    tokenizer.chat_template = own or PLAIN_CHAT_TEMPLATE
-    try:
-        tokenizer.save_pretrained(path)
-    finally:
-        tokenizer.chat_template = own  # the live tokenizer as it was
+    with _LENT:  # the one tokenizer a process reads from a directory (`load_tokenizer`) may be saved by two savers
+        own = tokenizer.chat_template
+        tokenizer.chat_template = own or PLAIN_CHAT_TEMPLATE
+        try:
+            tokenizer.save_pretrained(path)
+        finally:
+            tokenizer.chat_template = own  # the live tokenizer as it was
     fast = path / "tokenizer.json"
     if fast.is_file():
         fast.write_text(plain_tokenizer_json(fast.read_text(encoding="utf-8"), n_embeddings), encoding="utf-8")

@@ -150,3 +150,32 @@ def test_a_directory_saved_with_a_pickled_head_still_loads(saved, tiny_model_dir
     torch.save({k: v for k, v in reward_model.state_dict().items() if not k.startswith("lm.")}, old / "head.pt")
     loaded, _, _ = load_model_dir(old, "reward")
     assert loaded.gain.item() == pytest.approx(1.7) and loaded.bias.item() == pytest.approx(-0.4)
+
+
+def test_two_saves_of_one_tokenizer_at_once_both_write_the_template_and_leave_it_as_it_was(tmp_path, monkeypatch):
+    """A process reads one tokenizer per directory (`load_tokenizer`), so a policy's checkpoint and an online reward
+    training may save the same one at once: each lends it the plain chat template in turn, and it keeps its own (none)."""
+    import threading
+    import time
+
+    from lm_human_preference_details.language import interop
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+
+    live = gpt2_tokenizer()
+    save = type(live).save_pretrained
+
+    def slow_save(self, path, **kwargs):  # a save long enough that the other thread's comes within it
+        time.sleep(0.3)
+        return save(self, path, **kwargs)
+
+    monkeypatch.setattr(type(live), "save_pretrained", slow_save)
+    savers = [threading.Thread(target=interop.save_plain_tokenizer, args=(live, tmp_path / name, 50257, "policy"))
+              for name in ("a", "b")]
+    for saver in savers:
+        saver.start()
+        time.sleep(0.1)
+    for saver in savers:
+        saver.join()
+    assert live.chat_template is None
+    for name in ("a", "b"):
+        assert (tmp_path / name / "chat_template.jinja").read_text() == interop.PLAIN_CHAT_TEMPLATE
