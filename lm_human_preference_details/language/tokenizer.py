@@ -17,7 +17,9 @@ from lm_human_preference_details.utils.errors import UserError
 N_VOCAB = 50257  # real GPT-2 tokens; sampling never leaves them (FIDELITY B5 real tokens only)
 
 
-# the tokenizers read from local directories, newest last: (the directory, its files as they were) -> the tokenizer
+# the tokenizers read from local directories, the last used last: (the directory, its files as they were) -> the
+# tokenizer. Not an lru_cache as read_local_texts' and read_records': the key is the resolved directory, so that two
+# spellings of one share it, while a read's error still names the directory as the user wrote it
 _READ: dict[tuple[str, tuple], object] = {}
 READ_KEPT = 4  # a run reads two or three (its base model's, a trained reward model's)
 
@@ -40,6 +42,7 @@ def load_tokenizer(name_or_path: str):
         except OSError:  # unreadable: transformers' own error names it
             pass
     if key in _READ:
+        _READ[key] = _READ.pop(key)  # the last used: let go after those not used since
         return _READ[key]
     tokenizer = read_tokenizer(name_or_path)
     if key is not None:

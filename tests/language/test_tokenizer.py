@@ -75,7 +75,9 @@ def test_a_directory_is_read_once_while_its_files_stay_as_they_are(tmp_path, mon
     load_tokenizer("gpt2")
     load_tokenizer("gpt2")
     assert reads[2:] == ["gpt2", "gpt2"]
-    for i in range(tokenizers.READ_KEPT + 1):  # the oldest are let go
+    again = load_tokenizer(str(tmp_path / "tok"))
+    for i in range(tokenizers.READ_KEPT + 1):  # the least recently used are let go, not the base model's read again
         (tmp_path / f"tok{i}").mkdir()
         load_tokenizer(str(tmp_path / f"tok{i}"))
-    assert len(tokenizers._READ) == tokenizers.READ_KEPT
+        assert load_tokenizer(str(tmp_path / "tok")) is again
+    assert len(tokenizers._READ) == tokenizers.READ_KEPT and len(reads) == 2 + 2 + tokenizers.READ_KEPT + 1
