@@ -4,8 +4,12 @@ Each case fails on process 0 alone while process 1 goes on to the next collectiv
 one `error:` line, printed once, no traceback from our code, and process 1 stopped by torchrun (SIGTERM, once
 process 0 has ended) rather than leaving on its own after its 10 s wait (`errors.leave_quietly`), or hanging.
 
-Failures are injected with a sitecustomize.py put first on the processes' PYTHONPATH: it patches one function in
-process 0 only (RANK 0), so the code under test is the scripts' own.
+One case runs the real command line (`python -m torch.distributed.run`): what a user's terminal shows. The cases that
+inject a failure run as torchrun's agent runs them, with its agent and workers forks of this process
+(helpers.processes.started): the same agent, rendezvous and report, without three interpreters' imports (~19 CPU s a
+job here) for what each adds, its point of failure. A failure is injected by a script run first in each worker
+(INJECT): it patches one function of the package in process 0 only (RANK 0), then runs train_policy.py as its
+``__main__``, so the code under test is the script's own.
 """
 
 from __future__ import annotations
@@ -17,60 +21,85 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.processes import started
 
 from lm_human_preference_details.run.directory import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
-INJECT = textwrap.dedent('''
-    import errno, os
-    if os.environ.get("RANK") == "0" and os.environ.get("LMHP_TEST_INJECT"):
-        what = os.environ["LMHP_TEST_INJECT"]
-        if what == "main_first":  # any exception on process 0 inside main_first (the run-directory checks)
-            import lm_human_preference_details.run.directory as run_dir
+# python INJECT WHAT EXITS SCRIPT ARGS: WHAT broken on process 0, then `python SCRIPT ARGS`; each process appends
+# "RANK STATUS" to the file EXITS as it exits (the forked agent's report names the first failed process alone)
+INJECT = '''
+import errno, os, runpy, sys
 
-            def broken(*args, **kwargs):
-                raise RuntimeError("injected on process 0")
-            run_dir.check_run_dir = broken
-        elif what == "disk_full":  # every checkpoint write fails on process 0 (root ignores read-only modes)
-            import lm_human_preference_details.run.checkpoint as checkpoint
+what, exits = sys.argv[1:3]
+if os.environ["RANK"] == "0":
+    if what == "main_first":  # any exception on process 0 inside main_first (the run-directory checks)
+        import lm_human_preference_details.run.directory as run_dir
 
-            def full(state, path):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            checkpoint.write_state = full
-        elif what == "tracker":  # the metrics file cannot be written on process 0 (a full disk)
-            import lm_human_preference_details.run.tracking as tracking
+        def broken(*args, **kwargs):
+            raise RuntimeError("injected on process 0")
+        run_dir.check_run_dir = broken
+    elif what == "disk_full":  # every checkpoint write fails on process 0 (root ignores read-only modes)
+        import lm_human_preference_details.run.checkpoint as checkpoint
 
-            def full_log(self, metrics, step):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            tracking.Tracker.log = full_log
-''')
+        def full(state, path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        checkpoint.write_state = full
+    elif what == "tracker":  # the metrics file cannot be written on process 0 (a full disk)
+        import lm_human_preference_details.run.tracking as tracking
+
+        def full_log(self, metrics, step):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        tracking.Tracker.log = full_log
+    else:
+        raise ValueError(what)
+sys.argv = sys.argv[3:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    with open(exits, "a") as f:
+        f.write(f"{os.environ['RANK']} {e.code}\\n")
+    raise
+'''
 
 
-def torchrun_policy(assets, reward_model, tmp_path, run_dir, *extra, inject: str = "") -> subprocess.CompletedProcess:
-    """train_policy.py under `torchrun --nproc-per-node 2` (gloo), with ``inject`` on process 0: 2 PPO updates (process
-    1 has a next update to go on to) of 4 episodes, one rank per process, 2-token responses. The failures come at
-    update 0's log or save whatever the sizes; what a job costs here is its 3 interpreters' imports and model loads."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(INJECT)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1", "LMHP_TEST_INJECT": inject}
-    args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
+def policy_args(assets, reward_model, run_dir, *extra) -> list:
+    """2 PPO updates (process 1 has a next update to go on to) of 4 episodes, one rank per process, 2-token responses.
+    The failures come at update 0's log or save whatever the sizes."""
+    return ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
             "--task.query-dataset", assets / "queries.txt", "--task.response-length", 2, "--task.truncate-after", 1,
             "--ppo.total-episodes", 8, "--ppo.batch-size", 4, "--ppo.nminibatches", 1, "--ppo.noptepochs", 1,
             "--ppo.no-whiten-rewards", "--num-ranks", 2, "--device", "cpu",
             "--save-interval", 1, "--output-dir", run_dir, *extra]
+
+
+def torchrun_policy(assets, reward_model, run_dir, *extra) -> subprocess.CompletedProcess:
+    """`python -m torch.distributed.run --standalone --nproc-per-node 2 train_policy.py` (gloo), as a user types it:
+    its 3 interpreters' imports and model loads are what the job costs."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(ROOT / "train_policy.py"), *map(str, args)],
+                           str(ROOT / "train_policy.py"), *map(str, policy_args(assets, reward_model, run_dir, *extra))],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
-def assert_job_failed_together(proc: subprocess.CompletedProcess, match: str) -> None:
-    """One `error:` line naming ``match``; no traceback through our files; process 1 stopped by torchrun's SIGTERM."""
+def injected_policy(assets, reward_model, tmp_path, run_dir, inject: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """train_policy.py under torchrun's agent, 2 processes, with ``inject`` broken on process 0 (INJECT) -> (the job's
+    output, {rank: its exit status})."""
+    (tmp_path / "inject.py").write_text(INJECT)
+    exits = tmp_path / "exits"
+    job = started(tmp_path / "inject.py", 2, inject, exits, ROOT / "train_policy.py",
+                  *policy_args(assets, reward_model, run_dir), check=False)
+    proc = job()
+    return proc, {int(rank): int(code) for rank, code in map(str.split, exits.read_text().splitlines())}
+
+
+def assert_job_failed_together(proc: subprocess.CompletedProcess, match: str, exits: dict | None = None) -> None:
+    """One `error:` line naming ``match``; no traceback through our files; process 1 stopped by torchrun's SIGTERM:
+    the statuses in torchrun's report, or in ``exits`` ({rank: status}, as INJECT recorded them)."""
     out = proc.stdout + proc.stderr
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0, out[-3000:]
@@ -78,6 +107,9 @@ def assert_job_failed_together(proc: subprocess.CompletedProcess, match: str) ->
     ours = re.findall(r'File "[^"]*(?:lm_human_preference_details/|train_policy\.py|train_reward\.py)', out)
     assert not ours, out[-3000:]  # torchrun's own ChildFailedError report is the only traceback
     # process 0 fails first with our exit status; process 1, waiting quietly, is ended by torchrun (not by its timer)
+    if exits is not None:
+        assert exits[0] in (1, 2) and exits[1] == 143, (exits, out[-3000:])
+        return
     assert re.search(r"rank\s*:\s*0 \(local_rank: 0\)\s*\n\s*exitcode\s*:\s*[12] ", out), out[-3000:]
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*143 ", out), out[-3000:]
 
@@ -97,28 +129,28 @@ def test_a_directory_held_by_a_live_run(assets, reward_model, tmp_path):
     run_dir = existing_policy_run(tmp_path / "run")
     with open(run_dir / LOCK, "w") as held:  # a live run holds the lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        proc = torchrun_policy(assets, reward_model, tmp_path, run_dir, "--resume")
+        proc = torchrun_policy(assets, reward_model, run_dir, "--resume")
     assert_job_failed_together(proc, "is in use by a live run")
     assert (run_dir / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
 def test_a_checkpoint_write_that_fails_on_process_0(assets, reward_model, tmp_path):
-    proc = torchrun_policy(assets, reward_model, tmp_path, tmp_path / "run", inject="disk_full")
-    assert_job_failed_together(proc, f"cannot save {tmp_path / 'run' / 'checkpoints'}")
+    proc, exits = injected_policy(assets, reward_model, tmp_path, tmp_path / "run", "disk_full")
+    assert_job_failed_together(proc, f"cannot save {tmp_path / 'run' / 'checkpoints'}", exits)
     assert os.strerror(errno.ENOSPC) in proc.stderr
     assert not (tmp_path / "run" / "policy").exists()  # the models are written after the checkpoint, which failed
 
 
 def test_a_tracker_write_that_fails_on_process_0(assets, reward_model, tmp_path):
     """Process 0's log fails inside the update while process 1 goes on to the next update's collectives."""
-    proc = torchrun_policy(assets, reward_model, tmp_path, tmp_path / "run", inject="tracker")
-    assert_job_failed_together(proc, f"error: unexpected OSError: [Errno {errno.ENOSPC}]")
+    proc, exits = injected_policy(assets, reward_model, tmp_path, tmp_path / "run", "tracker")
+    assert_job_failed_together(proc, f"error: unexpected OSError: [Errno {errno.ENOSPC}]", exits)
     assert not list((tmp_path / "run" / "checkpoints").glob("update_*"))  # it stopped at update 0, before saving
 
 
 def test_any_exception_on_process_0_inside_main_first(assets, reward_model, tmp_path):
-    proc = torchrun_policy(assets, reward_model, tmp_path, tmp_path / "run", inject="main_first")
-    assert_job_failed_together(proc, "error: unexpected RuntimeError: injected on process 0")
+    proc, exits = injected_policy(assets, reward_model, tmp_path, tmp_path / "run", "main_first")
+    assert_job_failed_together(proc, "error: unexpected RuntimeError: injected on process 0", exits)
 
 
 def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(monkeypatch, capsys):
