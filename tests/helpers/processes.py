@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import logging
 import os
 import runpy
 import subprocess
@@ -35,32 +36,14 @@ def launch(script: Path | str, processes: int, *args, env_extra: dict | None = N
 def started(script: Path | str, processes: int, *args, env_extra: dict | None = None, cwd: Path | None = None,
             check: bool = True) -> Callable[[], subprocess.CompletedProcess]:
     """``torchrun --standalone --nproc-per-node PROCESSES SCRIPT ARGS`` (gloo), offline, one CPU thread per process, in
-    ``cwd`` (default: the repository), as torchrun's own agent runs it: its arguments parsed by torch.distributed.run,
-    the same rendezvous, environment and process group (elastic_launch), but the agent a fork of this process and its
-    workers forks of the agent (the start method "fork"), each running SCRIPT as ``__main__`` as `python SCRIPT` does.
-    Three interpreters' imports fewer (torch's and transformers', ~8 CPU s each here) for a pair whose promise is the
-    ranks' numbers; what torchrun's command line itself prints, or does with a signal, is tested on the real command
-    (tests/run/test_signals.py, tests/ranks/test_failures.py, tests/e2e/test_cluster_runs.py). Forked at once (while
-    this process runs nothing else: a fork beside a running torch could inherit a lock it holds) -> a function that waits
-    for the job and gives its exit status, stdout and stderr; with ``check``, it must have succeeded."""
-    from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args, parse_args
-
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
-           **(env_extra or {})}
+    ``cwd`` (default: the repository), as torchrun's own agent runs it (`torchrun_agent`), the agent a fork of this
+    process. Three interpreters' imports fewer (torch's and transformers', ~8 CPU s each here) for a pair whose promise
+    is the ranks' numbers; what torchrun's command line itself prints, or does with a signal, is tested on the real
+    command (tests/run/test_signals.py, tests/ranks/test_failures.py, tests/e2e/test_cluster_runs.py). Forked at once
+    (while this process runs nothing else: a fork beside a running torch could inherit a lock it holds) -> a function
+    that waits for the job and gives its exit status, stdout and stderr; with ``check``, it must have succeeded."""
     argv = [str(ROOT / script), *map(str, args)]
-
-    def agent() -> None:
-        out, err = sys.stdout, sys.stderr
-        with as_a_new_process(env, cwd or ROOT):
-            sys.stdout, sys.stderr = out, err  # the fork's files, not as_a_new_process's capture
-            options = parse_args(["--standalone", "--nproc-per-node", str(processes), *argv])
-            # what torch.distributed.run.run makes of --standalone: a c10d rendezvous on a free local port
-            options.rdzv_backend, options.rdzv_endpoint, options.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
-            config, _, _ = config_from_args(options)
-            config.start_method = "fork"
-            elastic_launch(config, run_as_main)(*argv)
-
+    agent = torchrun_agent(["--standalone", "--nproc-per-node", str(processes)], argv, env_extra, cwd)
     logs = tempfile.TemporaryDirectory(prefix="lmhp-torchrun-")
     finished = awaited(in_fork(agent, Path(logs.name) / "stdout", Path(logs.name) / "stderr"), logs, ["torchrun", *argv])
 
@@ -70,6 +53,38 @@ def started(script: Path | str, processes: int, *args, env_extra: dict | None = 
         return result
 
     return wait
+
+
+def torchrun_agent(options: list[str], argv: list[str], env_extra: dict | None = None,
+                   cwd: Path | None = None) -> Callable[[], None]:
+    """``python -m torch.distributed.run OPTIONS SCRIPT ARGS`` (``argv``: SCRIPT ARGS) as a function for a fork of this
+    process (`in_fork`): torchrun's own agent, its options parsed by torch.distributed.run, the same rendezvous (a c10d
+    one on a free local port for --standalone, as torchrun makes it), environment, process group and report
+    (elastic_launch), but its workers forks of the agent (the start method "fork"), each running SCRIPT as ``__main__``
+    as `python SCRIPT` does (`run_as_main`), offline and on one CPU thread; it sees ``env_extra`` in ``cwd`` (default:
+    the repository)."""
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           **(env_extra or {})}
+
+    def agent() -> None:
+        out, err = sys.stdout, sys.stderr
+        with as_a_new_process(env, cwd or ROOT):
+            sys.stdout, sys.stderr = out, err  # the fork's files, not as_a_new_process's capture
+            for name in ("torch", "torch.distributed"):  # torch's log handlers hold the stderr they were made with
+                for handler in logging.getLogger(name).handlers:
+                    if isinstance(handler, logging.StreamHandler):
+                        handler.setStream(err)
+            parsed = parse_args([*options, *argv])
+            if parsed.standalone:  # what torch.distributed.run.run makes of it
+                parsed.rdzv_backend, parsed.rdzv_endpoint, parsed.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+            config, _, _ = config_from_args(parsed)
+            config.start_method = "fork"
+            elastic_launch(config, run_as_main)(*argv)
+
+    return agent
 
 
 def awaited(pid: int, logs: tempfile.TemporaryDirectory, argv: list) -> Callable[[], subprocess.CompletedProcess]:
@@ -329,3 +344,14 @@ class ForkedProcess:
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, signum)
+
+
+class ForkedAgent(ForkedProcess):
+    """torchrun's agent (`torchrun_agent`: OPTIONS, SCRIPT ARGS) in a fork of this process, its output and errors
+    written to ``log``, handled as a subprocess.Popen of the real command (``pid``, ``poll``, ``wait``, ``send_signal``)."""
+
+    def __init__(self, options: list[str], argv: list[str], log: Path, env_extra: dict | None = None,
+                 cwd: Path | None = None):
+        self.pid = in_fork(torchrun_agent(options, argv, env_extra, cwd), stdout=log)
+        self.stdout = None
+        self.returncode = None

@@ -1,5 +1,7 @@
 """run/signals.py: a stop or a death on a cluster, with two torchrun launchers on localhost (c10d rendezvous, gloo on the CPU),
-one worker each, as two nodes run a job.
+one worker each, as two nodes run a job. A signal to the launchers goes to the real command line (what Slurm and
+`docker stop` signal); a signal to one worker goes to a job of two torchrun agents forked from the test
+(helpers.processes.ForkedAgent: the same agent, rendezvous and report, without four interpreters' imports).
 
 Every case halts both workers at their first update (the LMHP_TEST_EVENTS hook: each stops itself with SIGSTOP), then
 signals or kills while they stand still, and lets them go on: the stop or death lands at a known point, never after a
@@ -17,8 +19,9 @@ import time
 from pathlib import Path
 
 from helpers.events import events_env
-from helpers.processes import in_process
+from helpers.processes import ForkedAgent, differing, in_process
 from helpers.runs import assert_same_run
+from helpers.site.lmhp_events import PIDS
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 120  # from the signal to the last launcher's exit; measured 3.2-6.8 s on the shared 2-core VM (docs/ranks.md)
@@ -46,12 +49,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_launchers(args: list, tmp_path: Path, env: dict) -> tuple[list[subprocess.Popen], list[Path]]:
-    """Two `torchrun --nnodes 2 --nproc-per-node 1` on localhost, joined by c10d; their output goes to files."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "cluster",
-               "--monitor-interval", "0.1", str(ROOT / "train_policy.py"), *map(str, args)]
+def two_launchers(args: list, tmp_path: Path, env: dict, forked: bool) -> tuple[list, list[Path]]:
+    """Two `torchrun --nnodes 2 --nproc-per-node 1` on localhost, joined by c10d, as real processes or ``forked``
+    (helpers.processes.ForkedAgent); their output goes to files."""
+    options = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"127.0.0.1:{free_port()}", "--rdzv-id", "cluster", "--monitor-interval", "0.1"]
+    argv = [str(ROOT / "train_policy.py"), *map(str, args)]
     logs = [tmp_path / f"launcher{i}.log" for i in range(2)]
+    if forked:
+        return [ForkedAgent(options, argv, log, env_extra=differing(env)) for log in logs], logs
+    command = [sys.executable, "-m", "torch.distributed.run", *options, *argv]
     launchers = [subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, env=env)
                  for log in logs]
     return launchers, logs
@@ -67,12 +74,6 @@ def wait_for(condition, what: str, timeout: float = 600):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def worker(launcher: subprocess.Popen) -> int:
-    """The pid of a launcher's one worker (once it has started)."""
-    children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
-    return int(children[0]) if children else 0
-
-
 def stat_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
@@ -84,17 +85,13 @@ def pending(pid: int, signum: int) -> bool:
     return any(int(m, 16) >> (signum - 1) & 1 for m in masks)
 
 
-def rank_of(pid: int) -> str:
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return next(v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"RANK="))
-
-
-def halted_at_first_update(launchers, events: Path) -> dict[str, int]:
-    """Wait until both workers stand still at update 0 (the events hook); -> {rank: pid}."""
+def halted_at_first_update(events: Path) -> dict[str, int]:
+    """Wait until both workers stand still at update 0 (the events hook, which names each one's RANK and pid); ->
+    {rank: pid}."""
     wait_for(lambda: events.exists() and events.read_text().count("update 0") == 2, "both workers at update 0")
-    pids = [wait_for(lambda: worker(launcher), "a worker") for launcher in launchers]
-    wait_for(lambda: all(stat_state(p) == "T" for p in pids), "both workers stopped")
-    return {rank_of(p): p for p in pids}
+    pids = dict(line.split() for line in Path(f"{events}.pids").read_text().splitlines())
+    wait_for(lambda: all(stat_state(int(p)) == "T" for p in pids.values()), "both workers stopped")
+    return {rank: int(pid) for rank, pid in pids.items()}
 
 
 def go_on_until_exit(launchers, pids) -> float:
@@ -135,15 +132,15 @@ def checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / "checkpoints").glob("update_*"))
 
 
-def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to) -> tuple[str, float]:
-    """A two-launcher run halted at update 0, ``signal_to(launchers, {rank: pid})`` then, and let go on until it ends;
-    -> (the job's output, seconds from the signal to the last exit)."""
+def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to, forked: bool = False) -> tuple[str, float]:
+    """A two-launcher run (real, or ``forked``) halted at update 0, ``signal_to(launchers, {rank: pid})`` then, and let
+    go on until it ends; -> (the job's output, seconds from the signal to the last exit)."""
     events = tmp_path / "events"
-    launchers, logs = two_launchers(policy_args(assets, reward_model, run_dir), tmp_path,
-                                    events_env(events, environment()))
+    env = events_env(events, environment(**{PIDS: f"{events}.pids"}))
+    launchers, logs = two_launchers(policy_args(assets, reward_model, run_dir), tmp_path, env, forked)
     pids: dict[str, int] = {}
     try:
-        pids = halted_at_first_update(launchers, events)
+        pids = halted_at_first_update(events)
         signal_to(launchers, pids)
         seconds = go_on_until_exit(launchers, pids.values())
     finally:  # after a failure: nothing left behind, least of all a worker stopped for good
@@ -184,7 +181,7 @@ def test_sigterm_to_one_worker_stops_every_process_after_the_same_update(assets,
     """A signal that reaches process 1 alone (Slurm signalling one node's step) is every process's stop."""
     run_dir = tmp_path / "run"
     out, seconds = stopped_job(assets, reward_model, tmp_path, run_dir,
-                               lambda launchers, pids: os.kill(pids["1"], signal.SIGTERM))
+                               lambda launchers, pids: os.kill(pids["1"], signal.SIGTERM), forked=True)
     print(f"SIGTERM to process 1: the job ended {seconds:.1f} s after the workers went on")
     assert_one_line(out, "stopped by SIGTERM after update 0; saved")
     assert set(worker_exit_codes(out)) == {143}, out[-4000:]  # the same status, none killed by torchrun's SIGTERM
@@ -195,7 +192,7 @@ def test_a_worker_killed_outright_ends_the_job_with_one_line(assets, reward_mode
     """kill -9 of process 1 mid-PPO: process 0's next collective fails; it says so in one line, no traceback."""
     run_dir = tmp_path / "run"
     out, seconds = stopped_job(assets, reward_model, tmp_path, run_dir,
-                               lambda launchers, pids: os.kill(pids["1"], signal.SIGKILL))
+                               lambda launchers, pids: os.kill(pids["1"], signal.SIGKILL), forked=True)
     print(f"kill -9 of process 1: the job ended {seconds:.1f} s after process 0 went on")
     assert_one_line(out, "another process of this torchrun job died or left")
     assert "continue with --resume" in out and -9 in worker_exit_codes(out), out[-4000:]

@@ -12,12 +12,18 @@ import time
 EVENTS = "LMHP_TEST_EVENTS"
 KILL_AT = "LMHP_TEST_KILL_AT"  # an event at which the process that passes it kills itself (SIGKILL): for the processes
 PASSED = "lm_human_preference_details.passed"  # of a torchrun job, which are not the test's children to stop and drive
+# where each process that stops at an event first appends "RANK PID" (a forked torchrun worker's RANK is in its
+# os.environ alone, not in /proc/PID/environ)
+PIDS = "LMHP_TEST_EVENT_PIDS"
 
 
 def _hook(name: str, args: tuple) -> None:
     if name == PASSED and os.environ.get(KILL_AT) == args[0]:
         os.kill(os.getpid(), signal.SIGKILL)
     if name == PASSED and (path := os.environ.get(EVENTS)):
+        if pids := os.environ.get(PIDS):
+            with open(pids, "a") as f:
+                f.write(f"{os.environ.get('RANK')} {os.getpid()}\n")
         with open(path, "a") as f:
             f.write(args[0] + "\n")
         os.kill(os.getpid(), signal.SIGSTOP)
