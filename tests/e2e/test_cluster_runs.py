@@ -6,18 +6,15 @@ the same run (a shared directory, or a faithful copy) resumes from process 0's c
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.processes import in_process
+from helpers.processes import ForkedAgent, in_process
 from helpers.runs import end_of_update
 
 from lm_human_preference_details.ranks.emulated import Ranks
@@ -133,13 +130,10 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
     """`--nnodes 2` on localhost (c10d), each launcher in its own directory with `--output-dir runs/x --resume`, after
     a run that saved in node 0's only: one error line, both launchers fail, no traceback, node 0's run untouched and
     nothing left in node 1's directory, whichever launcher c10d makes process 0. The first run, on 1 process, is made
-    in this process (helpers.processes.in_process) in node 0's directory."""
-    site = tmp_path / "site"  # the view is looked at again for 1 s, not the 30 s a shared file system may need
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import lm_human_preference_details.run.directory as d\n"
-                                           "d.SHARED_DIR_WAIT_S = 1.0\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    in this process (helpers.processes.in_process) in node 0's directory; the launchers are torchrun's agents forked
+    from this process (helpers.processes.ForkedAgent), each in its working directory: what is promised is where each
+    process looks, not torchrun's command line (tested on the real command in tests/ranks/test_failures.py)."""
+    monkeypatch.setattr(run_dir, "SHARED_DIR_WAIT_S", 1.0)  # the view is looked at again for 1 s, not 30 (the forks')
     args = ["--base-model", assets / "tiny-gpt2", "--rewards.trained-model", reward_model,
             "--task.query-dataset", assets / "queries.txt", "--task.response-length", 4, "--task.truncate-after", 2,
             "--ppo.total-episodes", 8, "--ppo.batch-size", 4, "--ppo.nminibatches", 2, "--ppo.noptepochs", 1,
@@ -152,16 +146,14 @@ def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward
         in_process("train_policy.py", *args)
     shutil.rmtree(node0 / "runs/x/checkpoints/update_00000002")  # as a run killed after its first checkpoint
     before = digest(node0 / "runs/x")
-    port = free_port()
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(ROOT / "train_policy.py"),
-                *map(str, args)]
-    jobs = [subprocess.Popen(launcher, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for cwd in (node0, node1)]
-    outputs = [job.communicate(timeout=600)[0] for job in jobs]
-    out = "\n".join(outputs)
+    options = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"127.0.0.1:{free_port()}"]
+    argv = [str(ROOT / "train_policy.py"), *map(str, args)]
+    jobs = [ForkedAgent(options, argv, tmp_path / f"launcher{i}.log", cwd=cwd) for i, cwd in enumerate((node0, node1))]
+    codes = [job.wait(timeout=600) for job in jobs]
+    out = "\n".join((tmp_path / f"launcher{i}.log").read_text() for i in range(2))
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert all(job.returncode != 0 for job in jobs), out[-4000:]
+    assert all(code != 0 for code in codes), out[-4000:]
     assert len(errors) == 1 and "is not the same run directory on every process" in errors[0], out[-4000:]
     assert "last checkpoint update_00000001" in errors[0] and "no run" in errors[0], out[-4000:]
     assert not re.findall(r'File "[^"]*(?:lm_human_preference_details/|train_policy\.py)', out), out[-4000:]

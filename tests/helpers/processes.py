@@ -100,12 +100,30 @@ def awaited(pid: int, logs: tempfile.TemporaryDirectory, argv: list) -> Callable
     return wait
 
 
+# where each worker of a forked torchrun job appends "RANK STATUS" as it exits (the forked agent's report, unlike the
+# real command's, names the first process that failed alone): `exit_statuses`
+EXITS = "LMHP_TEST_EXITS"
+
+
 def run_as_main(script: str, *args: str) -> None:
     """``python SCRIPT ARGS`` in this process (a forked torchrun worker): SCRIPT's file run as ``__main__`` with its
-    argv, on one CPU thread; its exit status is the worker's."""
+    argv, on one CPU thread; its exit status is the worker's (appended to $LMHP_TEST_EXITS where it is set)."""
     sys.argv = [script, *args]
     torch.set_num_threads(1)
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if path := os.environ.get(EXITS):
+            with open(path, "a") as f:
+                f.write(f"{os.environ['RANK']} {e.code}\n")
+        raise
+
+
+def exit_statuses(path: Path) -> dict[int, int]:
+    """The statuses the workers of a forked torchrun job exited with (`run_as_main`) -> {rank: status}; a worker that
+    ended otherwise (killed) is missing."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {int(rank): int(code) for rank, code in map(str.split, lines)}
 
 
 def exact_policy(assets: Path, run_dir: Path, processes: int, *extra) -> Callable[[], subprocess.CompletedProcess]:

@@ -24,17 +24,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.processes import started
+from helpers.processes import EXITS, exit_statuses, started
 
 from lm_human_preference_details.run.directory import LOCK, MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
-# python INJECT WHAT EXITS SCRIPT ARGS: WHAT broken on process 0, then `python SCRIPT ARGS`; each process appends
-# "RANK STATUS" to the file EXITS as it exits (the forked agent's report names the first failed process alone)
+# python INJECT WHAT SCRIPT ARGS: WHAT broken on process 0, then `python SCRIPT ARGS`
 INJECT = '''
 import errno, os, runpy, sys
 
-what, exits = sys.argv[1:3]
+what = sys.argv[1]
 if os.environ["RANK"] == "0":
     if what == "main_first":  # any exception on process 0 inside main_first (the run-directory checks)
         import lm_human_preference_details.run.directory as run_dir
@@ -56,13 +55,8 @@ if os.environ["RANK"] == "0":
         tracking.Tracker.log = full_log
     else:
         raise ValueError(what)
-sys.argv = sys.argv[3:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-except SystemExit as e:
-    with open(exits, "a") as f:
-        f.write(f"{os.environ['RANK']} {e.code}\\n")
-    raise
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
@@ -91,15 +85,14 @@ def injected_policy(assets, reward_model, tmp_path, run_dir, inject: str) -> tup
     output, {rank: its exit status})."""
     (tmp_path / "inject.py").write_text(INJECT)
     exits = tmp_path / "exits"
-    job = started(tmp_path / "inject.py", 2, inject, exits, ROOT / "train_policy.py",
-                  *policy_args(assets, reward_model, run_dir), check=False)
-    proc = job()
-    return proc, {int(rank): int(code) for rank, code in map(str.split, exits.read_text().splitlines())}
+    job = started(tmp_path / "inject.py", 2, inject, ROOT / "train_policy.py", *policy_args(assets, reward_model, run_dir),
+                  env_extra={EXITS: exits}, check=False)
+    return job(), exit_statuses(exits)
 
 
 def assert_job_failed_together(proc: subprocess.CompletedProcess, match: str, exits: dict | None = None) -> None:
     """One `error:` line naming ``match``; no traceback through our files; process 1 stopped by torchrun's SIGTERM:
-    the statuses in torchrun's report, or in ``exits`` ({rank: status}, as INJECT recorded them)."""
+    the statuses in torchrun's report, or in ``exits`` ({rank: status}, as the forked workers recorded them)."""
     out = proc.stdout + proc.stderr
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0, out[-3000:]
