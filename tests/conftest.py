@@ -35,14 +35,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 SHARED_GROUPS = {"e2e/test_resume_hardware.py": "ranks/test_emulated.py",  # both read `exact_policy_runs` (~30 s)
                  "offline/test_assets.py": "offline/test_task.py"}  # the first unpacks `offline_cache`, the second runs on it
 # the files with the longest runs start first, so that the two workers end together (longest first by their seconds in
-# an idle suite on the 2-core VM, 2026-11-25; the files after them take under 6 s each)
-SLOW_FIRST = ["online/test_collection.py", "offline/test_task.py", "ranks/test_emulated.py", "run/test_signals.py",
-              "benchmarks/test_offline.py", "e2e/test_smoke.py", "run/test_checkpoint.py", "ranks/test_failures.py",
-              "e2e/test_online_page.py", "utils/test_files.py", "run/test_directory.py", "offline/test_pretrain.py",
-              "e2e/test_label_page.py",
-              "e2e/test_cluster_runs.py", "test_evaluate.py", "e2e/test_evaluate_page.py",
-              "test_sample.py", "benchmarks/test_compare.py", "e2e/test_user_files.py",
-              "test_label.py", "cli/test_run_args.py"]
+# an idle suite on the 2-core VM, 2026-11-29; the files after them take under 8 s each)
+SLOW_FIRST = ["offline/test_task.py", "online/test_collection.py", "benchmarks/test_offline.py", "e2e/test_smoke.py",
+              "ranks/test_emulated.py", "run/test_signals.py", "run/test_directory.py", "e2e/test_online_page.py",
+              "run/test_checkpoint.py", "ranks/test_failures.py", "utils/test_files.py", "benchmarks/test_compare.py",
+              "e2e/test_evaluate_page.py", "benchmarks/test_speed_variants.py", "e2e/test_user_files.py",
+              "e2e/test_label_page.py", "test_export.py", "e2e/test_cluster_runs.py", "test_sample.py",
+              "cli/test_run_args.py"]
 
 
 @pytest.hookimpl(tryfirst=True)

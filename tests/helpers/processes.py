@@ -38,8 +38,8 @@ def started(script: Path | str, processes: int, *args, env_extra: dict | None = 
     """``torchrun --standalone --nproc-per-node PROCESSES SCRIPT ARGS`` (gloo), offline, one CPU thread per process, in
     ``cwd`` (default: the repository), as torchrun's own agent runs it (`torchrun_agent`), the agent a fork of this
     process. Three interpreters' imports fewer (torch's and transformers', ~8 CPU s each here) for a pair whose promise
-    is the ranks' numbers; what torchrun's command line itself prints, or does with a signal, is tested on the real
-    command (tests/run/test_signals.py, tests/ranks/test_failures.py, tests/e2e/test_cluster_runs.py). Forked at once
+    is what the processes do; what torchrun's command line itself prints, or does with a signal, is tested on the real
+    command (tests/run/test_signals.py, tests/ranks/test_failures.py, tests/cli/test_run_args.py). Forked at once
     (while this process runs nothing else: a fork beside a running torch could inherit a lock it holds) -> a function
     that waits for the job and gives its exit status, stdout and stderr; with ``check``, it must have succeeded."""
     argv = [str(ROOT / script), *map(str, args)]
