@@ -170,3 +170,24 @@ def test_an_agreed_failure_is_the_first_failed_processs_line_said_by_process_0(m
     monkeypatch.setattr(failures.dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), [None] * 3))
     Job(True).agree_on(None)  # nobody failed: nothing said, nothing raised
     assert capsys.readouterr().err == ""
+
+
+def test_the_forked_agents_rendezvous_names_its_events_as_torchs_own():
+    """helpers.processes.frame_function_name, which the forked agents' c10d rendezvous calls instead of torch's
+    get_method_name, gives the names torch's gives, at each depth (and past the stack's end)."""
+    from helpers.processes import frame_function_name
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    def outer():
+        return inner()
+
+    def inner():
+        names = []
+        for depth in (1, 2, 3, 10_000):
+            names.append((dynamic_rendezvous.get_method_name(depth), frame_function_name(depth)))
+        return names
+
+    names = outer()
+    this = "test_the_forked_agents_rendezvous_names_its_events_as_torchs_own"
+    assert [ours for _, ours in names] == ["inner", "outer", this, "no_method_name"]
+    assert all(theirs == ours for theirs, ours in names)
