@@ -128,9 +128,9 @@ def run_as_main(script: str, *args: str) -> None:
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
-        if path := os.environ.get(EXITS):
+        if path := os.environ.get(EXITS):  # the status the interpreter would exit with
             with open(path, "a") as f:
-                f.write(f"{os.environ['RANK']} {e.code}\n")
+                f.write(f"{os.environ['RANK']} {e.code if isinstance(e.code, int) else int(e.code is not None)}\n")
         raise
 
 
