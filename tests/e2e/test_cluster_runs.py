@@ -8,13 +8,12 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import socket
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.processes import ForkedAgent, in_process
+from helpers.processes import ForkedAgent, free_port, in_process
 from helpers.runs import end_of_update
 
 from lm_human_preference_details.ranks.emulated import Ranks
@@ -120,12 +119,6 @@ def test_a_finished_reward_model_that_process_0_alone_sees_is_one_line(tmp_path,
 
 
 # ------------------------------------------------------------------------------ two launchers, two working directories
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_launchers_in_two_working_directories_end_in_one_line(assets, reward_model, tmp_path, monkeypatch):
     """`--nnodes 2` on localhost (c10d), each launcher in its own directory with `--output-dir runs/x --resume`, after
     a run that saved in node 0's only: one error line, both launchers fail, no traceback, node 0's run untouched and

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 
 from helpers.browser import WAIT_S, give_name
 from helpers.evaluation import happy_policy, start_page_evaluation
 from helpers.labelling import tiny_offline_cache
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers.processes import free_port
 
 
 def test_two_labellers_compare_two_policies_across_a_kill_9(assets, tmp_path, two_browsers):

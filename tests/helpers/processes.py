@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import runpy
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,13 @@ import torch
 from helpers.assets import SHORT_TASK
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now: for a c10d rendezvous, a page, or a server unreachable."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def launch(script: Path | str, processes: int, *args, env_extra: dict | None = None,

@@ -101,7 +101,7 @@ def assert_job_failed_together(proc: subprocess.CompletedProcess, match: str, ex
     assert not ours, out[-3000:]  # torchrun's own ChildFailedError report is the only traceback
     # process 0 fails first with our exit status; process 1, waiting quietly, is ended by torchrun (not by its timer)
     if exits is not None:
-        assert exits[0] in (1, 2) and exits[1] == 143, (exits, out[-3000:])
+        assert exits.get(0) in (1, 2) and exits.get(1) == 143, (exits, out[-3000:])  # a killed one is missing
         return
     assert re.search(r"rank\s*:\s*0 \(local_rank: 0\)\s*\n\s*exitcode\s*:\s*[12] ", out), out[-3000:]
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*143 ", out), out[-3000:]

@@ -12,14 +12,13 @@ within a bound far above what it takes here (measured: docs/ranks.md, "On a clus
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from helpers.events import events_env
-from helpers.processes import ForkedAgent, differing, in_process
+from helpers.processes import ForkedAgent, differing, free_port, in_process
 from helpers.runs import assert_same_run
 from helpers.site.lmhp_events import PIDS
 
@@ -41,12 +40,6 @@ def policy_args(assets, reward_model, run_dir) -> list:
 def environment(**extra) -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
             "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_launchers(args: list, tmp_path: Path, env: dict, forked: bool) -> tuple[list, list[Path]]:
@@ -85,11 +78,11 @@ def pending(pid: int, signum: int) -> bool:
     return any(int(m, 16) >> (signum - 1) & 1 for m in masks)
 
 
-def halted_at_first_update(events: Path) -> dict[str, int]:
-    """Wait until both workers stand still at update 0 (the events hook, which names each one's RANK and pid); ->
-    {rank: pid}."""
+def halted_at_first_update(events: Path, named: Path) -> dict[str, int]:
+    """Wait until both workers stand still at update 0 (the events hook, which writes each one's RANK and pid to
+    ``named``); -> {rank: pid}."""
     wait_for(lambda: events.exists() and events.read_text().count("update 0") == 2, "both workers at update 0")
-    pids = dict(line.split() for line in Path(f"{events}.pids").read_text().splitlines())
+    pids = dict(line.split() for line in named.read_text().splitlines())
     wait_for(lambda: all(stat_state(int(p)) == "T" for p in pids.values()), "both workers stopped")
     return {rank: int(pid) for rank, pid in pids.items()}
 
@@ -135,12 +128,12 @@ def checkpoints(run_dir: Path) -> list[str]:
 def stopped_job(assets, reward_model, tmp_path, run_dir, signal_to, forked: bool = False) -> tuple[str, float]:
     """A two-launcher run (real, or ``forked``) halted at update 0, ``signal_to(launchers, {rank: pid})`` then, and let
     go on until it ends; -> (the job's output, seconds from the signal to the last exit)."""
-    events = tmp_path / "events"
-    env = events_env(events, environment(**{PIDS: f"{events}.pids"}))
+    events, named = tmp_path / "events", tmp_path / "events.pids"
+    env = events_env(events, environment(**{PIDS: str(named)}))
     launchers, logs = two_launchers(policy_args(assets, reward_model, run_dir), tmp_path, env, forked)
     pids: dict[str, int] = {}
     try:
-        pids = halted_at_first_update(events)
+        pids = halted_at_first_update(events, named)
         signal_to(launchers, pids)
         seconds = go_on_until_exit(launchers, pids.values())
     finally:  # after a failure: nothing left behind, least of all a worker stopped for good

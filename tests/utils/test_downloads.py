@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import socket
 
 import pytest
 from helpers.http_server import server_max_in_flight, server_ranges
+from helpers.processes import free_port
 
 from lm_human_preference_details.utils import downloads
 from lm_human_preference_details.utils.downloads import DownloadError, cache_path_of, fetch, fetch_many, fetch_oai
@@ -141,14 +141,8 @@ def test_fetch_many_stops_at_the_first_failure(server, tmp_path):
     assert len(requests) <= 5  # the look-ahead is bounded: the 50 after it were never all requested
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_fetch_offline_message(tmp_path):
-    url = f"http://127.0.0.1:{_closed_port()}/labels/x.json"
+    url = f"http://127.0.0.1:{free_port()}/labels/x.json"
     with pytest.raises(UserError) as e:
         fetch(url, cache_dir=tmp_path, retries=1)
     message = str(e.value)
