@@ -30,6 +30,7 @@ from lm_human_preference_details.language import model, tokenizer
 from lm_human_preference_details.ranks import emulated as ranks
 from lm_human_preference_details.ranks.emulated import Ranks
 from lm_human_preference_details.run import checkpoint as ckpt
+from lm_human_preference_details.run import lifecycle
 from lm_human_preference_details.run.directory import LOCK, MARKER, read_marker
 from lm_human_preference_details.run.lifecycle import Run
 from lm_human_preference_details.run.signals import StopSignals, agree_after_update
@@ -569,7 +570,11 @@ def random_run(rng: random.Random, home: Path, work: Path) -> list[str]:
 def test_random_runs_resumes_overwrites_and_kills_never_lose_a_user_file(tmp_path, monkeypatch):
     """Runs of both kinds, with every flag, into and around a tree of user files and runs holding user files; some are
     killed with SIGKILL at a drawn update or half-way through a drawn checkpoint write, at the event the run emits
-    there. Every child ends as drawn, and afterwards every user file is there with its bytes."""
+    there. Every child ends as drawn, and afterwards every user file is there with its bytes. The fake runs draw no
+    curves.png: their metrics fill none of its panels, and drawing four empty ones at each checkpoint was most of this
+    test's CPU (~0.4 s each, 26 or more); what a drawing writes, and a drawing that fails, are tested in test_plots.py
+    and below."""
+    monkeypatch.setattr(lifecycle, "draw_curves", lambda run_dir: None)  # the forked children inherit it
     rng = random.Random(20261124)
     home = tmp_path / "home"
     user_home(home)
