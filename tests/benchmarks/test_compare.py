@@ -179,7 +179,12 @@ def test_shipped_approx_table(tmp_path, capsys):
      ["task.query_dataset is 'my.jsonl', the baseline used 'bookcorpus'", "tf32 is True", "bf16 is True"]),
     (None, "config.json", ["no config.json or policy/hparams.json; its settings cannot be checked against the baseline's"]),
 ])
-def test_config_warnings_one_line_per_difference(setup, capsys, config, where, expected):
+def test_config_warnings_one_line_per_difference(setup, capsys, config, where, expected, monkeypatch):
+    """(The curves beside the report are a blank figure here, written as compare.py writes its PNG: these cases read
+    the warnings; the panels are tested below. Drawing them was two thirds of each case.)"""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(compare, "comparison_figure", lambda panels, columns: Figure(figsize=(1, 1)))
     tmp, argv = setup
     run = write_run(tmp / "runs" / "policy_sentiment_seed3", OURS["policy_sentiment_seed1"], config, where)
     compare.main(argv)
