@@ -34,16 +34,6 @@ from lm_human_preference_details.utils.errors import UserError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-
-
-
-
-
-
-
-
-
 def test_the_gold_labeller_needs_a_task_with_a_gold_scorer():
     import train_policy
 
