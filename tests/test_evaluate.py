@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -124,8 +125,14 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
     (["--policies", "a", "zero-shot", "--rouge"], "--rouge needs reference summaries"),
 ], ids=["one-policy", "unknown-policy", "twice", "k-0", "no-command", "rouge-without-references"])
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, extra, message):
+    """The first case is a real `python -m lm_human_preference_details.evaluate` (the line and status as a user gets
+    them; every other test runs the command in this process or a fork of it); the rest are refused in this process."""
     argv = ["--task", "offline", "--labeller", "gold", *extra, "--output-dir", tmp_path / "out"]
-    result = refused_in_process("lm_human_preference_details.evaluate", argv, tmp_path, {"LMHP_CACHE": cache})
+    if extra == ["--policies", "zero-shot"]:
+        result = subprocess.run(evaluate_command(*argv), cwd=tmp_path, env=label_env(cache), capture_output=True,
+                                text=True, timeout=600)
+    else:
+        result = refused_in_process("lm_human_preference_details.evaluate", argv, tmp_path, {"LMHP_CACHE": cache})
     assert_one_error_line(result, message, out=tmp_path / "out")
 
 

@@ -1,16 +1,16 @@
 """What the evaluation tests share: a policy that the offline task's gold scorer prefers, and the evaluation command
-on the tests' offline cache in a subprocess."""
+on the tests' offline cache in a process of its own."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from helpers.labelling import START_WAIT_S, label_env
+from helpers.processes import ForkedProcess, differing
 from lm_human_preference_details.language.model import Policy, load_lm, save_model_dir
 from lm_human_preference_details.language.tokenizer import load_tokenizer
 
@@ -33,10 +33,12 @@ def evaluate_command(*flags) -> list[str]:
     return [sys.executable, "-m", "lm_human_preference_details.evaluate", *map(str, flags)]
 
 
-def start_page_evaluation(cache: Path, cwd: Path, *flags) -> tuple[subprocess.Popen, str, list[str]]:
-    """``evaluate --labeller page FLAGS`` in a subprocess -> (process, the page's URL, the lines it printed)."""
-    proc = subprocess.Popen(evaluate_command("--labeller", "page", *flags), cwd=cwd, env=label_env(cache),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_page_evaluation(cache: Path, cwd: Path, *flags) -> tuple[ForkedProcess, str, list[str]]:
+    """``evaluate --labeller page FLAGS`` in a process of its own (a fork of this one, helpers.processes.ForkedProcess,
+    as the label tool's `helpers.labelling.start_server`: a new interpreter would add only its imports, ~7 CPU s; the
+    command line itself runs for real in tests/test_evaluate.py) -> (process, the page's URL, the lines it printed)."""
+    proc = ForkedProcess(*evaluate_command("--labeller", "page", *flags)[2:], env_extra=differing(label_env(cache)),
+                         cwd=cwd)
     lines = []
     for line in proc.stdout:  # ends when the process does: a failed start is reported below, not waited on
         lines.append(line.rstrip("\n"))

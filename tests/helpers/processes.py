@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import runpy
+import signal
 import socket
 import subprocess
 import sys
@@ -354,7 +355,7 @@ def differing(env: dict) -> dict:
 
 class ForkedProcess:
     """A script run in a fork of this process (`forked`), its output read from a pipe, handled as a subprocess.Popen:
-    ``pid``, ``stdout`` (its output and errors, as text), ``poll``, ``wait``, ``send_signal``, ``returncode``."""
+    ``pid``, ``stdout`` (its output and errors, as text), ``poll``, ``wait``, ``send_signal``, ``kill``, ``returncode``."""
 
     def __init__(self, script: str | Path, *args, env_extra: dict | None = None, cwd: Path | None = None,
                  output: bool = True):
@@ -385,6 +386,9 @@ class ForkedProcess:
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class ForkedAgent(ForkedProcess):
