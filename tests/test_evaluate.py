@@ -116,8 +116,11 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
     assert (out / "comparisons.json").read_bytes() == (tmp_path / "whole" / "comparisons.json").read_bytes()
 
 
+REAL_CASE = ["--policies", "zero-shot"]  # run as a real `python -m ...evaluate` below
+
+
 @pytest.mark.parametrize("extra, message", [
-    (["--policies", "zero-shot"], "--policies names 1 policy; pass two or more"),
+    (REAL_CASE, "--policies names 1 policy; pass two or more"),
     (["--policies", "nowhere/policy", "zero-shot"], "nowhere/policy"),
     (["--policies", "zero-shot", "zero-shot"], "names a policy twice"),
     (["--policies", "a", "zero-shot", "--labels-per-item", "0"], "--labels-per-item is 0"),
@@ -125,10 +128,10 @@ def test_a_kill_9_during_a_command_evaluation_continues_to_the_same_results(cach
     (["--policies", "a", "zero-shot", "--rouge"], "--rouge needs reference summaries"),
 ], ids=["one-policy", "unknown-policy", "twice", "k-0", "no-command", "rouge-without-references"])
 def test_bad_input_is_one_line_and_writes_nothing(cache, tmp_path, extra, message):
-    """The first case is a real `python -m lm_human_preference_details.evaluate` (the line and status as a user gets
-    them; every other test runs the command in this process or a fork of it); the rest are refused in this process."""
+    """REAL_CASE is a real `python -m lm_human_preference_details.evaluate` (the line and status as a user gets them;
+    every other test runs the command in this process or a fork of it); the rest are refused in this process."""
     argv = ["--task", "offline", "--labeller", "gold", *extra, "--output-dir", tmp_path / "out"]
-    if extra == ["--policies", "zero-shot"]:
+    if extra is REAL_CASE:
         result = subprocess.run(evaluate_command(*argv), cwd=tmp_path, env=label_env(cache), capture_output=True,
                                 text=True, timeout=600)
     else:
