@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import signal
 
-from helpers.browser import WAIT_S, give_name
+from helpers.browser import WAIT_S, give_name, page_wait
 from helpers.evaluation import happy_policy, start_page_evaluation
 from helpers.labelling import tiny_offline_cache
 from helpers.processes import free_port
@@ -17,7 +17,6 @@ from helpers.processes import free_port
 
 def test_two_labellers_compare_two_policies_across_a_kill_9(assets, tmp_path, two_browsers):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     cache = tiny_offline_cache(tmp_path / "cache", assets)
     happy = happy_policy(assets, tmp_path / "happy")
@@ -28,7 +27,7 @@ def test_two_labellers_compare_two_policies_across_a_kill_9(assets, tmp_path, tw
     choices = {"ann": [0, 1, 0], "bob": [0, 0, 1]}  # the side chosen on items 1, 2 and 3
 
     def label(browser, name: str, items: range) -> None:
-        wait = WebDriverWait(browser, WAIT_S)
+        wait = page_wait(browser)
         shown = lambda: browser.find_element(By.ID, "index").get_attribute("textContent")  # noqa: E731
         for k in items:
             wait.until(lambda d: shown() == f"#{k + 1} of 3")
@@ -42,7 +41,7 @@ def test_two_labellers_compare_two_policies_across_a_kill_9(assets, tmp_path, tw
             give_name(browser, name)
         label(ann, "ann", range(3))
         label(bob, "bob", range(1))
-        WebDriverWait(bob, WAIT_S).until(lambda d: "4 / 6 labels" in d.find_element(By.ID, "counts").text)
+        page_wait(bob).until(lambda d: "4 / 6 labels" in d.find_element(By.ID, "counts").text)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)

@@ -17,7 +17,7 @@ import signal
 import tempfile
 
 import pytest
-from helpers.browser import WAIT_S, give_name
+from helpers.browser import give_name, page_wait
 from helpers.labelling import ROOT, journal_items, label_env, read_labels, start_server, tiny_offline_cache
 from helpers.processes import differing, in_process
 
@@ -36,7 +36,6 @@ def default_port():
 def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, browser, default_port):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     cache = tiny_offline_cache(tmp_path / "cache", assets)
     out = tmp_path / "labels.json"
@@ -45,7 +44,7 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
     try:
         browser.get(url)
         give_name(browser, "ann")
-        wait = WebDriverWait(browser, WAIT_S)
+        wait = page_wait(browser)
         wait.until(lambda d: shown() == "#1 of 8")
         assert browser.find_element(By.ID, "name").text == "ann"  # in the header, kept by the browser
 
@@ -84,7 +83,7 @@ def test_label_undo_skip_kill_restart_then_train_on_the_file(assets, tmp_path, b
         # nothing kept, and the page reloads (its script state gone) to show the server's item
         browser.execute_script("window.stale = true; state.item.request = 'an item of another session'")
         browser.find_element(By.ID, "sample0").click()
-        WebDriverWait(browser, 60).until(  # a reload, not a model: 60 s on a loaded machine
+        page_wait(browser, 60).until(  # a reload, not a model: 60 s on a loaded machine
             lambda d: d.execute_script("return window.stale === undefined && state && state.item !== null"))
         assert shown() == "#7 of 8"
         act(press("4"), "#8 of 8")  # item 6: key 4
@@ -117,7 +116,6 @@ def test_two_labellers_label_the_same_items_and_their_agreement_is_printed(asset
     own, are both shown items 1-3; the label file holds both labels with their names, and the agreement command
     prints the figures worked out by hand."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     cache = tiny_offline_cache(tmp_path / "cache", assets)
     out = tmp_path / "labels.json"
@@ -128,7 +126,7 @@ def test_two_labellers_label_the_same_items_and_their_agreement_is_printed(asset
             browser.get(url)
         for browser, (name, chosen) in zip(two_browsers, choices.items()):
             give_name(browser, name)
-            wait = WebDriverWait(browser, WAIT_S)
+            wait = page_wait(browser)
             shown = lambda: browser.find_element(By.ID, "index").get_attribute("textContent")  # noqa: E731
             for k, best in enumerate(chosen):
                 wait.until(lambda d: shown() == f"#{k + 1} of 8")

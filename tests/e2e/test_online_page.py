@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.browser import browser, browser_paths, give_name  # noqa: F401  (the fixture, and Chromium's paths)
+from helpers.browser import browser, browser_paths, give_name, page_wait  # noqa: F401  (the fixture, and Chromium's paths)
 from helpers.labelling import ROOT, label_env, tiny_offline_cache
 from helpers.processes import ForkedProcess, differing
 
@@ -125,15 +125,14 @@ def click(driver, count: int) -> list[tuple]:
     """``count`` labels given on the page the browser (``driver``) shows, each by a real click on the k % 4-th response, each
     waited for until the page hears "saved" -> the (query, samples, best) of each."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     clicked = []
     for k in range(count):
-        WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return state && state.item"))
+        page_wait(driver, WAIT_S).until(lambda d: d.execute_script("return state && state.item"))
         item = driver.execute_script("return state.item")
         labelled = driver.execute_script("return state.labelled")
         driver.find_element(By.ID, f"sample{k % 4}").click()
-        WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return state.labelled") > labelled)
+        page_wait(driver, WAIT_S).until(lambda d: d.execute_script("return state.labelled") > labelled)
         clicked.append((item["query"], tuple(item["samples"]), k % 4))
     return clicked
 

@@ -19,7 +19,7 @@ import torch
 from helpers.events import drive
 from helpers.online import FakePolicy, FakeSampler, online_args
 from helpers.processes import EXITS, ForkedAgent, differing, exit_statuses, forked, in_process, run_forked, started
-from helpers.site.lmhp_events import EVENTS, KILL_AT
+from helpers.site.lmhp_events import EVENTS, KILL_AT, SIGKILL_ONLY
 
 from lm_human_preference_details.label_format import load_best_of_n_labels
 from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
@@ -160,7 +160,7 @@ def killed_at(run_dir: Path, env: dict, at: str, resume: bool) -> None:
     beside this process's."""
     events = run_dir.parent / f"events_{at.replace(' ', '_')}"
     pid = forked("train_policy.py", *policy_command(run_dir, *(["--resume"] if resume else []))[2:],
-                 env_extra={**env, EVENTS: events}, cwd=run_dir.parent)
+                 env_extra={**env, EVENTS: events, SIGKILL_ONLY: "1"}, cwd=run_dir.parent)
     seen: list[str] = []
 
     def act(event: str) -> None:

@@ -21,7 +21,7 @@ from helpers.errors import assert_one_error_line
 from helpers.events import drive
 from helpers.processes import forked, in_fork, refused_in_process
 from helpers.runs import end_of_update, run_args
-from helpers.site.lmhp_events import EVENTS
+from helpers.site.lmhp_events import EVENTS, SIGKILL_ONLY
 
 import train_policy
 import train_reward
@@ -522,7 +522,7 @@ def user_home(home: Path) -> None:
 def fake_train_in_fork(path: str, kind: str, inputs: list[str], flags: dict, events: Path) -> int:
     """In a forked child (`in_fork`): `fake_train` with the events hook on -> its exit status: 0 when it ran (or reused a
     finished run), 3 when it was refused (the error printed)."""
-    os.environ[EVENTS] = str(events)
+    os.environ[EVENTS], os.environ[SIGKILL_ONLY] = str(events), "1"  # killed, never signalled otherwise
     try:
         fake_train(path, kind, updates=4, inputs=inputs, **flags)
     except UserError as e:
