@@ -189,7 +189,6 @@ def main(argv: list[str] | None = None) -> Path:
     return output
 
 
-
 def cli() -> None:
     """The console script lmhp-label (pyproject.toml), as `python -m lm_human_preference_details.label`."""
     run_main(main)

@@ -238,7 +238,6 @@ def write_samples(run: Run, rows: list[dict]) -> None:
                         "away and run the same command again") from None
 
 
-
 def cli() -> None:
     """The console script lmhp-sample (pyproject.toml), as `python -m lm_human_preference_details.sample`."""
     run_main(main)

@@ -44,6 +44,7 @@ def pytest_configure(config):
     for name in FIXTURES:
         config.pluginmanager.import_plugin(name)
 
+
 # Parallel workers (pytest-xdist; `-n 2 --dist loadgroup --no-loadscope-reorder` in pyproject.toml's addopts). A test
 # file is one group, run by one worker, so its module fixtures are built once; files that share a costly session fixture
 # are one group. Groups go to the workers in the order sorted here (without --no-loadscope-reorder xdist would hand

@@ -23,8 +23,6 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabl
        "PYTHONPATH": str(ROOT)}
 
 
-
-
 # ------------------------------------------------------------------------------------------- values (finalize)
 POLICY_VALUES = [
     ("ppo.lr", -1.0, "--ppo.lr is -1.0"), ("ppo.lr", 0.0, "--ppo.lr is 0.0"), ("ppo.lr", float("nan"), "--ppo.lr is nan"),
@@ -81,18 +79,6 @@ def test_the_edges_of_each_range_are_accepted(tmp_path):
     args = train_policy.build_args("sentiment")
     args.output_dir, args.ppo.lam, args.seed = str(tmp_path / "run"), 1.0, 0
     args.finalize(check_inputs=False)
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------------- real processes: parse errors, files
@@ -172,8 +158,6 @@ def test_policy_parse_errors_and_values_are_one_line(assets, tmp_path):
         assert_one_error_line(result, message, status=None, out=tmp_path / "out" / key, cwd=tmp_path / "cwd")
 
 
-
-
 def test_torchrun_prints_the_error_once(assets, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -186,8 +170,6 @@ def test_torchrun_prints_the_error_once(assets, tmp_path):
                       "positive --lr"], result.stderr[-3000:]
     assert "train_reward.py\", line" not in result.stderr  # torchrun's own ChildFailedError block, no traceback of ours
     assert not (tmp_path / "out").exists() and not any(cwd.iterdir())
-
-
 
 
 # ------------------------------------------------------------------------------ paths and models, checked in-process

@@ -40,8 +40,6 @@ def metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-
-
 @pytest.fixture(scope="module")
 def reward_run(assets, tmp_path_factory):
     """`python train_reward.py` as a user runs it, a real process (this file's end-to-end run of it), ~6 CPU-s with its
@@ -130,8 +128,6 @@ def bad_inputs(assets, tmp_path_factory):
     records[5]["best"] = 7
     (d / "best-7.json").write_text(json.dumps(records))  # well-formed JSON, one value out of range
     return d
-
-
 
 
 # the hub unreachable (a closed port) and HF_HUB_OFFLINE unset: one line at once, not a minute of retries.
@@ -307,7 +303,6 @@ def test_policy_is_saved_and_reloads(policy_run, assets):
     assert not list(out.glob(".policy.*"))  # no temporary directories left behind
 
 
-
 def test_what_the_runs_saved_works_with_plain_transformers_openrlhf_and_datasets(policy_run, reward_run, assets, tmp_path):
     """The policy and reward model these runs saved, read with plain transformers only: greedy generation on a padded
     batch equals each prompt alone and our policy's argmax; the text-generation pipeline runs; the reward model as
@@ -351,6 +346,7 @@ def test_what_the_runs_saved_works_with_plain_transformers_openrlhf_and_datasets
     pairs = datasets.load_dataset("parquet", data_files=str(tmp_path / "labels" / "pairs.parquet"), split="train")
     assert len(pairs) == 3 * 16  # three pairs per best-of-4 label
     assert {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
+
 
 POLICY_CASES = [
     pytest.param(["--ppo.batch-size", 0], "--ppo.batch-size is 0", id="ppo-batch-size-0"),

@@ -36,8 +36,6 @@ def python(*argv, cwd=None, env=None) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-
-
 def refused(script: str, *args) -> tuple[int, list[str], str]:
     """``python SCRIPT ARGS`` (a path, or a module as `-m` takes it), refused, in this process (conftest's
     `refused_in_process`: a refused command costs no new interpreter's imports) -> (exit status, the `error` lines on
@@ -80,8 +78,6 @@ def test_compare_gives_unreadable_metrics_exit_2_in_one_line(tmp_path, last_row)
                   tmp_path / "runs" / "policy_{task}_seed*", "--out", tmp_path / "out.md", "--check", "score")
     assert_one_error_line(proc, "metrics.jsonl:4: not a row of scalars with a step", alone=False)
     assert not (tmp_path / "out.md").exists()
-
-
 
 
 def finished_run(path: Path, kind: str) -> Path:
@@ -239,8 +235,6 @@ def test_a_full_disk_at_the_marker_or_config_is_one_line_and_leaves_nothing(asse
     status, err, _ = refused(*reward_argv(assets, out))
     assert status == 2 and len(err) == 1 and "No space left on device" in err[0], err
     assert not out.exists()  # no 0-byte marker, no lock: the directory this run made is gone (docs/runs.md)
-
-
 
 
 def exit_line(capsys, fn) -> tuple[int, list[str]]:

@@ -40,7 +40,6 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         else:
             super().do_GET()
 
-
     def _resumable(self, body: bytes) -> None:
         """Serve ``body`` (ETag "v1"): cut after 10 bytes, unless asked for a range of this version (HTTP 206)."""
         type(self).ranges.append(self.headers.get("Range"))

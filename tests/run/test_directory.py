@@ -41,8 +41,6 @@ from lm_human_preference_details.utils.outputs import atomic_dir
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-
 def fake_train(out, kind="policy", updates=3, inputs=(), **kw) -> None:
     """What both scripts do with a Run, on a one-layer model: enter, start, loop with logs and saves."""
     layer = torch.nn.Linear(2, 2)
