@@ -1,5 +1,5 @@
 """What pytest needs here: the environment every test runs in, the shared fixtures (helpers/fixtures.py, helpers/browser.py),
-the order the two xdist workers take the test files in, and a heap frozen at each file's start."""
+the order the xdist workers take the test files in, and a heap frozen at each file's start."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # a worker per core (addopts' -n 2 on the 2-core CI): a second intra-op thread would only spin at OpenMP's barriers
-    # while the other worker holds the other core; the runs a test starts inherit OMP_NUM_THREADS
+    # three workers on the 2-core CI (addopts' -n 3): a second intra-op thread would only spin at OpenMP's barriers
+    # while the other workers hold the cores; the runs a test starts inherit OMP_NUM_THREADS
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -45,13 +45,13 @@ def pytest_configure(config):
         config.pluginmanager.import_plugin(name)
 
 
-# Parallel workers (pytest-xdist; `-n 2 --dist loadgroup --no-loadscope-reorder` in pyproject.toml's addopts). A test
+# Parallel workers (pytest-xdist; `-n 3 --dist loadgroup --no-loadscope-reorder` in pyproject.toml's addopts). A test
 # file is one group, run by one worker, so its module fixtures are built once; files that share a costly session fixture
 # are one group. Groups go to the workers in the order sorted here (without --no-loadscope-reorder xdist would hand
 # them out by their count of tests, and the few-test slow files would come last, with one worker idle).
 SHARED_GROUPS = {"e2e/test_resume_hardware.py": "ranks/test_emulated.py",  # both read `exact_policy_runs` (~30 s)
                  "offline/test_assets.py": "offline/test_task.py"}  # the first unpacks `offline_cache`, the second runs on it
-# the files with the longest runs start first, so that the two workers end together (longest first by their seconds in
+# the files with the longest runs start first, so that the workers end together (longest first by their seconds in
 # an idle suite on the 2-core VM, 2026-11-29; the files after them take under 8 s each)
 SLOW_FIRST = ["offline/test_task.py", "online/test_collection.py", "benchmarks/test_offline.py", "e2e/test_smoke.py",
               "ranks/test_emulated.py", "run/test_signals.py", "run/test_directory.py", "e2e/test_online_page.py",

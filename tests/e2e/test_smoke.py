@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # One CPU thread in every run of this file, in its subprocesses (OMP_NUM_THREADS) and in this process (`one_thread`): the
-# suite's two workers already keep both cores busy, and a run's second thread only spins waiting for the first (the
+# suite's workers already keep both cores busy, and a run's second thread only spins waiting for the first (the
 # in-process runs cost about three times the CPU seconds on two threads, on a loaded 2-core VM).
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT),
        "OMP_NUM_THREADS": "1"}
