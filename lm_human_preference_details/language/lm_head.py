@@ -10,12 +10,14 @@ The logits, their softmax and log-softmax are float32 under --bf16 too (`full_pr
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
 
+@functools.cache  # once per vocabulary size: the search took 0.2-0.4 ms at every sampled token
 def _block_size(v: int) -> int:
     """A divisor of v near sqrt(v) (50257 = 29 * 1733 -> 1733), else 256."""
     divisors = [d for d in range(64, 4097) if v % d == 0]

@@ -53,21 +53,30 @@ def average_gradients(params: Iterable[torch.nn.Parameter], world_size: int) -> 
         g.copy_(new.view_as(g))
 
 
-def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor) -> None:
+def tree_add(stack: list[tuple[int, torch.Tensor]], x: torch.Tensor, spare: list[torch.Tensor] | None = None) -> None:
     """Push ``x`` onto a pairwise sum: equal-sized neighbours are added as they complete (a binary counter), so n
-    pushes make a balanced binary tree of additions when n is a power of two, whatever pushes them."""
+    pushes make a balanced binary tree of additions when n is a power of two, whatever pushes them.
+
+    The sums are written into the left operand (`+=`: tensors the stack owns), and each right operand whose sum is
+    taken goes to ``spare`` when given, for the caller to reuse: the same additions, no new tensor per sum.
+    """
     count = 1
     while stack and stack[-1][0] == count:
         left_count, left = stack.pop()
-        x, count = left + x, left_count + count
+        left += x
+        if spare is not None:
+            spare.append(x)
+        x, count = left, left_count + count
     stack.append((count, x))
 
 
 def tree_total(stack: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
-    """The sum of everything `tree_add` took (its last partial sums added right to left)."""
+    """The sum of everything `tree_add` took (its last partial sums added right to left, into the left ones)."""
     total = stack.pop()[1]
     while stack:
-        total = stack.pop()[1] + total
+        left = stack.pop()[1]
+        left += total
+        total = left
     return total
 
 
@@ -84,16 +93,20 @@ class BlockGradients:
         self.ranks, self.params = ranks, [p for p in params if p.requires_grad]
         self.stack: list[tuple[int, torch.Tensor]] = []
         self.used = [False] * len(self.params)  # a parameter no block's loss reached keeps .grad None, as in one pass
+        # flat gradients whose sums the tree has taken, reused for the next blocks: a fresh one per block (a [50257, 64]
+        # embedding's included) was allocated and page-faulted in again each time
+        self.spare: list[torch.Tensor] = []
 
     def add(self) -> None:
         """Take the gradients the last block's backward pass left in .grad (exact mode: and clear them)."""
         if not self.ranks.exact:
             return  # one block per process: its gradient stays in .grad
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params])
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params]
+        flat = torch.cat(grads, out=self.spare.pop()) if self.spare else torch.cat(grads)
         for i, p in enumerate(self.params):
             self.used[i] |= p.grad is not None
             p.grad = None
-        tree_add(self.stack, flat)
+        tree_add(self.stack, flat, self.spare)
 
     def reduce(self) -> None:
         """Leave the mean over all blocks of all processes in .grad."""
