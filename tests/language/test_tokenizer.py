@@ -40,7 +40,7 @@ def test_a_tokenizer_without_its_own_pad_gets_one_after_the_vocabulary(tmp_path,
     <|endoftext|>): either way [PAD] is added, id 50257 (OAI encodings.py pads outside the vocabulary)."""
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 
-    saved = gpt2_tokenizer()
+    saved = gpt2_tokenizer.__wrapped__()  # one of its own: gpt2_tokenizer() is shared
     saved.pad_token = None if pad == "none" else saved.eos_token
     saved.save_pretrained(tmp_path / "tok")
     loaded = load_tokenizer(str(tmp_path / "tok"))
@@ -51,11 +51,19 @@ def test_a_tokenizer_that_pads_with_a_real_token_is_refused(tmp_path):
     # OAI encodings.py pads outside the vocabulary: a saved tokenizer whose pad token is '!' (id 0) would mask real text
     from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
 
-    saved = gpt2_tokenizer()
+    saved = gpt2_tokenizer.__wrapped__()  # one of its own: gpt2_tokenizer() is shared
     saved.pad_token = "!"
     saved.save_pretrained(tmp_path / "tok")
     with pytest.raises(UserError, match=r"pads with id 0, a real token"):
         load_tokenizer(str(tmp_path / "tok"))
+
+
+def test_gpt2s_tokenizer_is_built_once_per_process_and_one_of_your_own_on_request(tokenizer):
+    from lm_human_preference_details.language.tokenizer import gpt2_tokenizer
+
+    assert gpt2_tokenizer() is gpt2_tokenizer() is tokenizer  # the session fixture's is the one object
+    own = gpt2_tokenizer.__wrapped__()
+    assert own is not tokenizer and own.get_vocab() == tokenizer.get_vocab() and own.pad_token_id == 50257
 
 
 def test_a_directory_is_read_once_while_its_files_stay_as_they_are(tmp_path, monkeypatch):
